@@ -1,0 +1,571 @@
+//! Server-rendered pages of mcp-oauth-proxy: the per-client consent page, error and message
+//! pages, and the account page. Enforces the *content* half of the "Consent page content"
+//! binding (DESIGN.md §3): every value is autoescaped by askama, and pages need no inline
+//! style or script, so they run under `default-src 'none'; style-src 'self'`.
+//!
+//! This crate does no I/O, crypto, cookies or time. View structs carry display-safe,
+//! pre-formatted strings; the proxy decides what they say ("registered 3 minutes ago") and sets
+//! the security headers (CSP, `frame-ancestors 'none'`, `X-Frame-Options: DENY`).
+//!
+//! Render a page with [`Template::render`]:
+//!
+//! ```
+//! use consent_ui::{MessagePage, Template};
+//!
+//! let page = MessagePage {
+//!     title: "Signed out".to_owned(),
+//!     message: "You can close this tab.".to_owned(),
+//! };
+//! let html = page.render()?;
+//! assert!(html.contains("Signed out"));
+//! # Ok::<(), consent_ui::RenderError>(())
+//! ```
+
+use std::fmt;
+
+pub use askama::Error as RenderError;
+pub use askama::Template;
+
+/// The only stylesheet of every page; the proxy serves it at `/assets/style.css`
+/// (as `text/css`), which is what `style-src 'self'` permits.
+pub const STYLESHEET: &str = include_str!("../templates/style.css");
+
+/// The path every template links its stylesheet from.
+pub const STYLESHEET_PATH: &str = "/assets/style.css";
+
+/// Shown in place of CSRF tokens and transaction ids by the `Debug` impls.
+const REDACTED: &str = "[redacted]";
+
+/// One GitHub scope requested by a client, as shown on the consent page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeView {
+    /// The scope as GitHub names it, e.g. `repo`.
+    pub name: String,
+    /// What it allows, in plain words.
+    pub description: String,
+}
+
+/// One warning on the consent page, rendered in its own loud box above the buttons.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WarningView {
+    /// Short headline, e.g. "This client was registered minutes ago".
+    pub title: String,
+    /// One or two sentences on why it matters.
+    pub detail: String,
+}
+
+/// The proxy's own per-client consent page, shown before anything is sent to GitHub.
+///
+/// `Debug` redacts `txn` and `csrf`.
+#[derive(Clone, Template)]
+#[template(path = "consent.html")]
+pub struct ConsentPage {
+    /// The client name as registered. May be attacker-chosen text; it is autoescaped.
+    pub client_name: String,
+    /// `false` for dynamically registered clients: the name gets an "Unverified" badge and a
+    /// sentence saying nobody checked it.
+    pub client_verified: bool,
+    /// Shown small, monospace.
+    pub client_id: String,
+    /// For metadata-document clients: the host that published the client identity.
+    pub client_id_host: Option<String>,
+    /// The exact redirect URI, shown in full.
+    pub redirect_uri: String,
+    /// The host of `redirect_uri`, shown prominently.
+    pub redirect_host: String,
+    /// Pre-formatted, e.g. "registered 3 minutes ago".
+    pub registered_ago: String,
+    /// The GitHub access requested.
+    pub scopes: Vec<ScopeView>,
+    /// Each is rendered in its own box above the buttons; empty means no box at all.
+    pub warnings: Vec<WarningView>,
+    /// The GitHub login, if the browser has a proxy session ("Signed in as @alice").
+    pub signed_in_as: Option<String>,
+    /// Where the person confirms their GitHub account next, e.g. `github.com`.
+    pub github_host: String,
+    /// The form's `action`, e.g. `/consent`.
+    pub form_action: String,
+    /// Hidden input `txn`: the authorization transaction.
+    pub txn: String,
+    /// Hidden input `csrf`.
+    pub csrf: String,
+}
+
+impl fmt::Debug for ConsentPage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsentPage")
+            .field("client_name", &self.client_name)
+            .field("client_verified", &self.client_verified)
+            .field("client_id", &self.client_id)
+            .field("client_id_host", &self.client_id_host)
+            .field("redirect_uri", &self.redirect_uri)
+            .field("redirect_host", &self.redirect_host)
+            .field("registered_ago", &self.registered_ago)
+            .field("scopes", &self.scopes)
+            .field("warnings", &self.warnings)
+            .field("signed_in_as", &self.signed_in_as)
+            .field("github_host", &self.github_host)
+            .field("form_action", &self.form_action)
+            .field("txn", &REDACTED)
+            .field("csrf", &REDACTED)
+            .finish()
+    }
+}
+
+/// An error a person sees in the browser (never a redirect). Shows a title, a plain message
+/// and the request id for support; never the internal cause.
+#[derive(Clone, Debug, PartialEq, Eq, Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    /// Headline and `<title>`.
+    pub title: String,
+    /// A plain message for the person; no internal detail.
+    pub message: String,
+    /// The request id to quote to support.
+    pub request_id: String,
+}
+
+/// A neutral information page, e.g. "Signed out" or "You can close this tab and go back to your
+/// agent".
+#[derive(Clone, Debug, PartialEq, Eq, Template)]
+#[template(path = "message.html")]
+pub struct MessagePage {
+    /// Headline and `<title>`.
+    pub title: String,
+    /// The message body.
+    pub message: String,
+}
+
+/// One approved client on the account page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsentRow {
+    /// The client name as registered; autoescaped.
+    pub client_name: String,
+    /// `false` shows the "Unverified" badge.
+    pub client_verified: bool,
+    /// Also sent back by the row's revoke form.
+    pub client_id: String,
+    /// Shown prominently.
+    pub redirect_host: String,
+    /// The exact redirect URI, shown in full.
+    pub redirect_uri: String,
+    /// Pre-formatted, e.g. "read:user, repo".
+    pub scopes: String,
+    /// Pre-formatted, e.g. "approved 2 days ago".
+    pub approved: String,
+    /// Pre-formatted, e.g. "last used 5 minutes ago" or "never used".
+    pub last_used: String,
+}
+
+/// The account page: which clients this person approved, with a revoke button per client.
+///
+/// `Debug` redacts `csrf`.
+#[derive(Clone, Template)]
+#[template(path = "account.html")]
+pub struct AccountPage {
+    /// The GitHub login.
+    pub login: String,
+    /// Empty shows "You have not approved any clients."
+    pub consents: Vec<ConsentRow>,
+    /// Hidden input `csrf` of every form on the page.
+    pub csrf: String,
+    /// Each row posts hidden `client_id` and `csrf` here, e.g. `/account/revoke`.
+    pub revoke_action: String,
+    /// The sign-out form posts hidden `csrf` here, e.g. `/account/sign-out`.
+    pub sign_out_action: String,
+    /// e.g. "Access for Repo Helper was revoked.", shown in a calm info box.
+    pub notice: Option<String>,
+}
+
+impl fmt::Debug for AccountPage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AccountPage")
+            .field("login", &self.login)
+            .field("consents", &self.consents)
+            .field("csrf", &REDACTED)
+            .field("revoke_action", &self.revoke_action)
+            .field("sign_out_action", &self.sign_out_action)
+            .field("notice", &self.notice)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UNVERIFIED_BADGE: &str = r#"<span class="badge badge-unverified">Unverified</span>"#;
+    const UNVERIFIED_SENTENCE: &str =
+        "This name was chosen by whoever registered the client; it is not verified.";
+    const WARNING_BOX: &str = r#"class="warning""#;
+
+    fn consent_page() -> ConsentPage {
+        ConsentPage {
+            client_name: "Repo Helper".to_owned(),
+            client_verified: true,
+            client_id: "c_8f3a2b".to_owned(),
+            client_id_host: None,
+            redirect_uri: "http://127.0.0.1:33418/callback".to_owned(),
+            redirect_host: "127.0.0.1".to_owned(),
+            registered_ago: "registered 3 minutes ago".to_owned(),
+            scopes: vec![
+                ScopeView {
+                    name: "read:user".to_owned(),
+                    description: "Read your profile".to_owned(),
+                },
+                ScopeView {
+                    name: "repo".to_owned(),
+                    description: "Full control of your repositories".to_owned(),
+                },
+            ],
+            warnings: Vec::new(),
+            signed_in_as: Some("alice".to_owned()),
+            github_host: "github.com".to_owned(),
+            form_action: "/consent".to_owned(),
+            txn: "txn-value-123".to_owned(),
+            csrf: "csrf-value-456".to_owned(),
+        }
+    }
+
+    fn row(name: &str, id: &str) -> ConsentRow {
+        ConsentRow {
+            client_name: name.to_owned(),
+            client_verified: false,
+            client_id: id.to_owned(),
+            redirect_host: "app.example".to_owned(),
+            redirect_uri: "https://app.example/oauth/callback".to_owned(),
+            scopes: "read:user, repo".to_owned(),
+            approved: "approved 2 days ago".to_owned(),
+            last_used: "never used".to_owned(),
+        }
+    }
+
+    fn account_page(consents: Vec<ConsentRow>) -> AccountPage {
+        AccountPage {
+            login: "alice".to_owned(),
+            consents,
+            csrf: "csrf-acct-789".to_owned(),
+            revoke_action: "/account/revoke".to_owned(),
+            sign_out_action: "/account/sign-out".to_owned(),
+            notice: None,
+        }
+    }
+
+    /// Every page type, rendered with a representative, fully populated value.
+    fn all_pages() -> Vec<(&'static str, String)> {
+        let mut consent = consent_page();
+        consent.client_verified = false;
+        consent.client_id_host = Some("app.example".to_owned());
+        consent.warnings = vec![WarningView {
+            title: "New client".to_owned(),
+            detail: "Registered minutes ago.".to_owned(),
+        }];
+        let mut account = account_page(vec![row("A", "c_a"), row("B", "c_b")]);
+        account.notice = Some("Access for A was revoked.".to_owned());
+        vec![
+            ("consent", consent.render().unwrap()),
+            ("consent-minimal", consent_page().render().unwrap()),
+            (
+                "error",
+                ErrorPage {
+                    title: "Something went wrong".to_owned(),
+                    message: "Try again.".to_owned(),
+                    request_id: "req-1".to_owned(),
+                }
+                .render()
+                .unwrap(),
+            ),
+            (
+                "message",
+                MessagePage {
+                    title: "Signed out".to_owned(),
+                    message: "You can close this tab.".to_owned(),
+                }
+                .render()
+                .unwrap(),
+            ),
+            ("account-empty", account_page(Vec::new()).render().unwrap()),
+            ("account", account.render().unwrap()),
+        ]
+    }
+
+    #[test]
+    fn consent_page_escapes_attacker_chosen_client_name_and_redirect_uri() {
+        let mut page = consent_page();
+        page.client_name = "<script>alert(1)</script>".to_owned();
+        page.client_verified = false;
+        page.redirect_uri = r#"https://evil.example/cb"><img src=x>"#.to_owned();
+        page.redirect_host = r#"evil.example"><b>"#.to_owned();
+        page.client_id_host = Some("<i>host</i>".to_owned());
+        page.warnings = vec![WarningView {
+            title: "<u>t</u>".to_owned(),
+            detail: "<u>d</u>".to_owned(),
+        }];
+        page.csrf = r#""><input name="x">"#.to_owned();
+        let html = page.render().unwrap();
+
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("alert(1)</script>"));
+        assert!(html.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
+
+        assert!(!html.contains("<img"));
+        assert!(!html.contains(r#""><img"#));
+        assert!(html.contains("https://evil.example/cb&#34;&#62;&#60;img src=x&#62;"));
+
+        assert!(!html.contains("<b>"));
+        assert!(!html.contains("<i>"));
+        assert!(!html.contains("<u>"));
+        assert!(!html.contains(r#"<input name="x">"#));
+        assert!(html.contains("&#34;&#62;&#60;input name=&#34;x&#34;&#62;"));
+    }
+
+    #[test]
+    fn account_page_escapes_attacker_chosen_fields() {
+        let mut evil = row("<script>alert(1)</script>", r#"c"><img src=x>"#);
+        evil.redirect_uri = r#"https://evil.example/cb"><img src=x>"#.to_owned();
+        let mut page = account_page(vec![evil]);
+        page.notice = Some("<script>n</script>".to_owned());
+        let html = page.render().unwrap();
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("<img"));
+        assert!(html.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
+        assert!(html.contains("https://evil.example/cb&#34;&#62;&#60;img src=x&#62;"));
+    }
+
+    #[test]
+    fn unverified_badge_shown_only_for_unverified_clients() {
+        let mut page = consent_page();
+        page.client_verified = true;
+        let html = page.render().unwrap();
+        assert!(!html.contains(UNVERIFIED_BADGE));
+        assert!(!html.contains(UNVERIFIED_SENTENCE));
+
+        page.client_verified = false;
+        let html = page.render().unwrap();
+        assert_eq!(html.matches(UNVERIFIED_BADGE).count(), 1);
+        assert_eq!(html.matches(UNVERIFIED_SENTENCE).count(), 1);
+    }
+
+    #[test]
+    fn warning_boxes_shown_only_when_there_are_warnings() {
+        let mut page = consent_page();
+        page.warnings = Vec::new();
+        let html = page.render().unwrap();
+        assert!(!html.contains(WARNING_BOX));
+        assert!(!html.contains('⚠'));
+
+        page.warnings = vec![
+            WarningView {
+                title: "This client was registered minutes ago".to_owned(),
+                detail: "Approve only if you registered it yourself.".to_owned(),
+            },
+            WarningView {
+                title: "Never-seen redirect host".to_owned(),
+                detail: "No one has approved a client sending to this host before.".to_owned(),
+            },
+        ];
+        let html = page.render().unwrap();
+        assert_eq!(html.matches(WARNING_BOX).count(), 2);
+        assert!(html.contains("This client was registered minutes ago"));
+        assert!(html.contains("Never-seen redirect host"));
+        // The warnings sit above the buttons.
+        let last_warning = html.rfind(WARNING_BOX).unwrap();
+        let first_button = html.find("<button").unwrap();
+        assert!(last_warning < first_button);
+    }
+
+    #[test]
+    fn consent_form_posts_txn_csrf_and_decision() {
+        let html = consent_page().render().unwrap();
+        assert!(html.contains(r#"<form method="post" action="/consent""#));
+        assert_eq!(html.matches("<form").count(), 1);
+        assert!(html.contains(r#"<input type="hidden" name="txn" value="txn-value-123">"#));
+        assert!(html.contains(r#"<input type="hidden" name="csrf" value="csrf-value-456">"#));
+        assert!(html.contains(r#"<button type="submit" name="decision" value="approve""#));
+        assert!(html.contains(r#"<button type="submit" name="decision" value="deny""#));
+        assert!(html.contains(">Approve</button>"));
+        assert!(html.contains(">Deny</button>"));
+    }
+
+    #[test]
+    fn consent_page_shows_what_will_happen() {
+        let mut page = consent_page();
+        page.client_id_host = Some("client.example".to_owned());
+        let html = page.render().unwrap();
+        assert!(html.contains("Repo Helper"));
+        assert!(html.contains(
+            r#"After you approve, your authorization will be sent to <strong class="host">127.0.0.1</strong>"#
+        ));
+        assert!(html.contains(r#"<code class="mono uri">http://127.0.0.1:33418/callback</code>"#));
+        assert!(html.contains(r#"<code class="mono">c_8f3a2b</code>"#));
+        assert!(html.contains(
+            r#"Client identity published by <strong class="host">client.example</strong>"#
+        ));
+        assert!(html.contains("registered 3 minutes ago"));
+        assert!(html.contains("read:user"));
+        assert!(html.contains("Full control of your repositories"));
+        assert!(html.contains("Signed in as <strong>@alice</strong>"));
+        assert!(html.contains(
+            "You will then be sent to <strong>github.com</strong> to confirm your GitHub account."
+        ));
+
+        page.client_id_host = None;
+        page.signed_in_as = None;
+        let html = page.render().unwrap();
+        assert!(!html.contains("Client identity published by"));
+        assert!(!html.contains("Signed in as"));
+    }
+
+    /// Whether `html` contains something shaped like ` onclick=`.
+    fn has_event_handler(html: &str) -> bool {
+        html.match_indices(" on").any(|(at, _)| {
+            let rest = &html[at + 3..];
+            let letters = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+            letters > 0 && rest[letters..].starts_with('=')
+        })
+    }
+
+    #[test]
+    fn no_inline_style_or_script_on_any_page() {
+        for (name, html) in all_pages() {
+            let lower = html.to_ascii_lowercase();
+            assert!(!lower.contains("style="), "{name}: style attribute");
+            assert!(!lower.contains("<style"), "{name}: inline <style>");
+            assert!(!lower.contains("<script"), "{name}: <script>");
+            assert!(!lower.contains("javascript:"), "{name}: javascript: URL");
+            assert!(
+                !has_event_handler(&lower),
+                "{name}: event handler attribute"
+            );
+        }
+    }
+
+    #[test]
+    fn every_page_has_the_common_head() {
+        for (name, html) in all_pages() {
+            assert!(html.starts_with("<!DOCTYPE html>"), "{name}: doctype");
+            assert!(html.contains(r#"<meta charset="utf-8">"#), "{name}");
+            assert!(
+                html.contains(
+                    r#"<meta name="viewport" content="width=device-width, initial-scale=1">"#
+                ),
+                "{name}: viewport"
+            );
+            assert!(
+                html.contains(r#"<meta name="referrer" content="no-referrer">"#),
+                "{name}: referrer"
+            );
+            assert_eq!(html.matches("<title>").count(), 1, "{name}: title");
+            assert!(
+                html.contains(r#"<link rel="stylesheet" href="/assets/style.css">"#),
+                "{name}: stylesheet"
+            );
+            assert!(html.contains(STYLESHEET_PATH), "{name}");
+        }
+    }
+
+    #[test]
+    fn error_page_shows_request_id() {
+        let html = ErrorPage {
+            title: "This link is not valid".to_owned(),
+            message: "Ask your agent for a new one.".to_owned(),
+            request_id: "req-7f3e".to_owned(),
+        }
+        .render()
+        .unwrap();
+        assert!(html.contains("<title>This link is not valid · MCP OAuth Proxy</title>"));
+        assert!(html.contains("<h1>This link is not valid</h1>"));
+        assert!(html.contains("Ask your agent for a new one."));
+        assert!(html.contains(r#"<code class="mono">req-7f3e</code>"#));
+    }
+
+    #[test]
+    fn message_page_shows_title_and_message() {
+        let html = MessagePage {
+            title: "You're connected".to_owned(),
+            message: "You can close this tab and go back to your agent.".to_owned(),
+        }
+        .render()
+        .unwrap();
+        assert!(html.contains("<h1>You&#39;re connected</h1>"));
+        assert!(html.contains("You can close this tab and go back to your agent."));
+        assert!(!html.contains("<form"));
+    }
+
+    #[test]
+    fn account_page_without_consents() {
+        let html = account_page(Vec::new()).render().unwrap();
+        assert!(html.contains("You have not approved any clients."));
+        assert!(html.contains("Signed in as <strong>@alice</strong>"));
+        assert!(!html.contains("Revoke access"));
+        assert!(!html.contains(r#"class="notice""#));
+        // Only the sign-out form.
+        assert_eq!(html.matches("<form").count(), 1);
+        assert!(html.contains(r#"<form method="post" action="/account/sign-out""#));
+        assert!(html.contains(r#"<input type="hidden" name="csrf" value="csrf-acct-789">"#));
+        assert!(html.contains(">Sign out</button>"));
+    }
+
+    #[test]
+    fn account_page_with_two_consents() {
+        let mut verified = row("Repo Helper", "c_one");
+        verified.client_verified = true;
+        verified.last_used = "last used 5 minutes ago".to_owned();
+        let mut page = account_page(vec![verified, row("Triage Helper", "c_two")]);
+        page.notice = Some("Access for Old Tool was revoked.".to_owned());
+        let html = page.render().unwrap();
+
+        assert!(!html.contains("You have not approved any clients."));
+        assert!(html.contains("Repo Helper"));
+        assert!(html.contains("Triage Helper"));
+        assert_eq!(html.matches(UNVERIFIED_BADGE).count(), 1);
+        assert!(html.contains("last used 5 minutes ago"));
+        assert!(html.contains("never used"));
+        assert!(html.contains("approved 2 days ago"));
+        assert!(html.contains("read:user, repo"));
+        assert!(html.contains(r#"<strong class="host">app.example</strong>"#));
+        assert!(html.contains(r#"class="notice" role="status""#));
+        assert!(html.contains("Access for Old Tool was revoked."));
+
+        // One revoke form per row, plus sign-out.
+        assert_eq!(html.matches("<form").count(), 3);
+        assert_eq!(
+            html.matches(r#"<form method="post" action="/account/revoke""#)
+                .count(),
+            2
+        );
+        assert!(html.contains(r#"<input type="hidden" name="client_id" value="c_one">"#));
+        assert!(html.contains(r#"<input type="hidden" name="client_id" value="c_two">"#));
+        assert_eq!(
+            html.matches(r#"<input type="hidden" name="csrf" value="csrf-acct-789">"#)
+                .count(),
+            3
+        );
+        assert_eq!(html.matches(">Revoke access</button>").count(), 2);
+        // The first row's revoke form carries the first row's client id.
+        let first_form = html.find("/account/revoke").unwrap();
+        let c_one = html.find(r#"value="c_one""#).unwrap();
+        let c_two = html.find(r#"value="c_two""#).unwrap();
+        assert!(first_form < c_one && c_one < c_two);
+    }
+
+    #[test]
+    fn debug_redacts_csrf_and_txn() {
+        let consent = format!("{:?}", consent_page());
+        assert!(!consent.contains("csrf-value-456"));
+        assert!(!consent.contains("txn-value-123"));
+        assert!(consent.contains("Repo Helper"));
+        let account = format!("{:?}", account_page(vec![row("A", "c_a")]));
+        assert!(!account.contains("csrf-acct-789"));
+        assert!(account.contains("c_a"));
+    }
+
+    #[test]
+    fn stylesheet_is_the_template_file() {
+        assert!(STYLESHEET.contains(".card"));
+        assert!(STYLESHEET.contains("max-width: 36rem"));
+        assert!(STYLESHEET.contains(".warning"));
+        assert!(!STYLESHEET.contains("@import"));
+        assert!(!STYLESHEET.contains("url("));
+    }
+}

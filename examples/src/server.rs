@@ -1,0 +1,878 @@
+//! Request handling: recording, forbidden-marker detection, routing, and the OAuth state
+//! machine (authorizations, codes, tokens). Everything runs synchronously under one
+//! `std::sync::Mutex`, taken only after the request body has been read (never across `.await`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::prelude::{BASE64_STANDARD, BASE64_URL_SAFE_NO_PAD, Engine as _};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use url::Url;
+use url::form_urlencoded;
+
+use crate::{FakeGitHubConfig, FakeUser, RecordedRequest, pages};
+
+pub(crate) const AUTHORIZE_PATH: &str = "/login/oauth/authorize";
+pub(crate) const TOKEN_PATH: &str = "/login/oauth/access_token";
+pub(crate) const API_PREFIX: &str = "/api/v3";
+const LOGIN_PATH: &str = "/login";
+const DECISION_PATH: &str = "/login/oauth/authorize/decision";
+const USER_COOKIE: &str = "fgh_user";
+
+const CODE_TTL: Duration = Duration::from_secs(600);
+const ACCESS_TTL_SECS: u64 = 28_800;
+const REFRESH_TTL_SECS: u64 = 15_897_600;
+/// GitHub keeps at most 10 tokens per user/app/scope; the 11th revokes the oldest.
+const TOKENS_PER_SCOPE: usize = 10;
+const MAX_BODY: usize = 1 << 20;
+
+const AUTHZ_ERRORS_DOC: &str =
+    "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-authorization-request-errors";
+const TOKEN_ERRORS_DOC: &str = "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-oauth-app-access-token-request-errors";
+
+pub(crate) type Shared = Arc<Mutex<FakeState>>;
+
+pub(crate) fn lock(shared: &Mutex<FakeState>) -> MutexGuard<'_, FakeState> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[allow(clippy::disallowed_methods)] // the fake has its own wall clock: it is a separate server, not the proxy
+fn real_now() -> SystemTime {
+    SystemTime::now()
+}
+
+#[allow(clippy::disallowed_methods)] // fake server, not the proxy
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    if getrandom::fill(&mut buf).is_err() {
+        // Fallback: std's randomly seeded hasher over a counter (good enough for a fake).
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let seed = std::collections::hash_map::RandomState::new();
+        for chunk in buf.chunks_mut(8) {
+            let mut h = seed.build_hasher();
+            h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+            let bytes = h.finish().to_le_bytes();
+            chunk.copy_from_slice(bytes.get(..chunk.len()).unwrap_or_default());
+        }
+    }
+    buf
+}
+
+fn random_alnum(n: usize) -> String {
+    const ALNUM: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    random_bytes(n)
+        .iter()
+        .map(|b| {
+            char::from(
+                ALNUM
+                    .get(usize::from(*b) % ALNUM.len())
+                    .copied()
+                    .unwrap_or(b'0'),
+            )
+        })
+        .collect()
+}
+
+fn random_hex(bytes: usize) -> String {
+    random_bytes(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A code issued at the authorize endpoint (single use, 10 minutes).
+struct CodeGrant {
+    client_id: String,
+    login: String,
+    scopes: BTreeSet<String>,
+    /// The `redirect_uri` sent at authorize, if any (then the token request must repeat it).
+    redirect_uri_sent: Option<String>,
+    code_challenge: Option<String>,
+    expires_at: SystemTime,
+}
+
+struct AccessToken {
+    token: String,
+    login: String,
+    scopes: BTreeSet<String>,
+    expires_at: Option<SystemTime>,
+}
+
+struct RefreshGrant {
+    login: String,
+    scopes: BTreeSet<String>,
+    access_token: String,
+    expires_at: SystemTime,
+}
+
+pub(crate) struct FakeState {
+    pub(crate) config: FakeGitHubConfig,
+    pub(crate) time_offset: Duration,
+    pub(crate) requests: Vec<RecordedRequest>,
+    pub(crate) violations: Vec<String>,
+    pub(crate) token_requests: usize,
+    /// login → scopes the user has authorized for the app (server-side, like GitHub).
+    pub(crate) authorizations: HashMap<String, BTreeSet<String>>,
+    /// (login, access token) in issue order, revoked ones included.
+    pub(crate) issued: Vec<(String, String)>,
+    codes: HashMap<String, CodeGrant>,
+    /// Live access tokens, oldest first.
+    access: Vec<AccessToken>,
+    refresh: HashMap<String, RefreshGrant>,
+}
+
+/// Decoded `application/x-www-form-urlencoded` pairs, in order.
+type Params = Vec<(String, String)>;
+
+fn parse_params(s: &str) -> Params {
+    form_urlencoded::parse(s.as_bytes()).into_owned().collect()
+}
+
+/// First non-empty value of a parameter (GitHub treats empty parameters as absent).
+fn param<'a>(p: &'a Params, name: &str) -> Option<&'a str> {
+    p.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())
+}
+
+fn without(p: &Params, names: &[&str]) -> Params {
+    p.iter()
+        .filter(|(k, _)| !names.contains(&k.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Request scopes are space-delimited (GitHub also accepts commas).
+fn parse_scopes(s: Option<&str>) -> BTreeSet<String> {
+    s.unwrap_or_default()
+        .split([' ', ','])
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Scopes implied by a broader one (GitHub normalizes these).
+fn implied(scope: &str) -> &'static [&'static str] {
+    match scope {
+        "repo" => &[
+            "repo:status",
+            "repo_deployment",
+            "public_repo",
+            "repo:invite",
+            "security_events",
+        ],
+        "user" => &["read:user", "user:email", "user:follow"],
+        "admin:org" => &["write:org", "read:org"],
+        "write:org" => &["read:org"],
+        "project" => &["read:project"],
+        "write:packages" => &["read:packages"],
+        _ => &[],
+    }
+}
+
+fn covers(granted: &BTreeSet<String>, requested: &BTreeSet<String>) -> bool {
+    requested
+        .iter()
+        .all(|r| granted.contains(r) || granted.iter().any(|g| implied(g).contains(&r.as_str())))
+}
+
+/// GitHub's rule: same scheme, host and port; path equal to or under the callback path.
+fn redirect_allowed(registered: &Url, requested: &Url) -> bool {
+    let base = registered.path().trim_end_matches('/');
+    let path = requested.path();
+    registered.scheme() == requested.scheme()
+        && registered.host_str() == requested.host_str()
+        && registered.port_or_known_default() == requested.port_or_known_default()
+        && requested.username().is_empty()
+        && requested.password().is_none()
+        && requested.fragment().is_none()
+        && (path == registered.path() || path == base || path.starts_with(&format!("{base}/")))
+}
+
+fn redirect_to(url: &Url, pairs: &[(&str, Option<&str>)]) -> Response {
+    let mut url = url.clone();
+    {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                q.append_pair(k, v);
+            }
+        }
+    }
+    (StatusCode::FOUND, [(header::LOCATION, url.to_string())]).into_response()
+}
+
+fn api_json(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+fn bad_credentials() -> Response {
+    api_json(
+        StatusCode::UNAUTHORIZED,
+        json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest", "status": "401"}),
+    )
+}
+
+/// Token endpoint errors: always HTTP 200 with an `error` field, like GitHub.
+fn token_error(error: &str, description: &str) -> Response {
+    let error_uri = format!("{TOKEN_ERRORS_DOC}/#{}", error.replace('_', "-"));
+    api_json(
+        StatusCode::OK,
+        json!({"error": error, "error_description": description, "error_uri": error_uri}),
+    )
+}
+
+/// `(client_id, client_secret)` from an HTTP Basic `Authorization` header.
+fn basic_credentials(req: &RecordedRequest) -> Option<(String, String)> {
+    let value = req.header("authorization")?;
+    let (scheme, b64) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = String::from_utf8(BASE64_STANDARD.decode(b64.trim()).ok()?).ok()?;
+    let (id, secret) = decoded.split_once(':')?;
+    // RFC 6749 §2.3.1: both parts are form-urlencoded before Basic encoding.
+    let unescape = |s: &str| -> String {
+        form_urlencoded::parse(format!("x={s}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    };
+    Some((unescape(id), unescape(secret)))
+}
+
+/// The token of `Authorization: Bearer <t>` or `Authorization: token <t>`.
+fn bearer_token(req: &RecordedRequest) -> Option<String> {
+    let (scheme, token) = req.header("authorization")?.trim().split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token"))
+        .then(|| token.trim().to_owned())
+}
+
+/// Percent- and plus-decoded rendering of a URL-ish string, to catch escaped markers.
+fn decoded(s: &str) -> String {
+    form_urlencoded::parse(s.as_bytes())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn find_markers(req: &RecordedRequest, markers: &[String]) -> Vec<String> {
+    let mut places: Vec<(String, String)> = vec![
+        ("path".into(), req.path_and_query.clone()),
+        ("path".into(), decoded(&req.path_and_query)),
+        ("body".into(), req.body.clone()),
+        ("body".into(), decoded(&req.body)),
+    ];
+    for (k, v) in &req.headers {
+        places.push((format!("header {k}"), v.clone()));
+    }
+    if let Some((id, secret)) = basic_credentials(req) {
+        places.push(("basic credentials".into(), format!("{id}:{secret}")));
+    }
+    let mut found = Vec::new();
+    for marker in markers.iter().filter(|m| !m.is_empty()) {
+        for (place, text) in &places {
+            let hit = format!("{marker:?} in {place}");
+            if text.contains(marker.as_str()) && !found.contains(&hit) {
+                found.push(hit);
+            }
+        }
+    }
+    found
+}
+
+/// The single handler: read, record, then answer under the lock.
+pub(crate) async fn handle(State(shared): State<Shared>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
+    let recorded = RecordedRequest {
+        method: parts.method.as_str().to_owned(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned()),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    };
+    respond(&shared, recorded)
+}
+
+fn respond(shared: &Mutex<FakeState>, req: RecordedRequest) -> Response {
+    let mut st = lock(shared);
+    st.requests.push(req.clone());
+    if req.method == "POST" && req.path() == TOKEN_PATH {
+        st.token_requests += 1;
+    }
+    let found = find_markers(&req, &st.config.forbidden_markers);
+    if !found.is_empty() {
+        let what = format!("{} {}: {}", req.method, req.path(), found.join(", "));
+        tracing::warn!(violation = %what, "fake GitHub received a proxy token");
+        st.violations.push(what);
+        return api_json(
+            StatusCode::BAD_REQUEST,
+            json!({"message": "proxy token received"}),
+        );
+    }
+    st.route(&req)
+}
+
+/// A validated authorization request.
+struct AuthRequest {
+    params: Params,
+    redirect_uri: Url,
+    redirect_uri_sent: Option<String>,
+    scopes: BTreeSet<String>,
+    state: Option<String>,
+    code_challenge: Option<String>,
+}
+
+impl FakeState {
+    pub(crate) fn new(config: FakeGitHubConfig) -> Self {
+        Self {
+            config,
+            time_offset: Duration::ZERO,
+            requests: Vec::new(),
+            violations: Vec::new(),
+            token_requests: 0,
+            authorizations: HashMap::new(),
+            issued: Vec::new(),
+            codes: HashMap::new(),
+            access: Vec::new(),
+            refresh: HashMap::new(),
+        }
+    }
+
+    fn now(&self) -> SystemTime {
+        real_now() + self.time_offset
+    }
+
+    fn user(&self, login: &str) -> Option<FakeUser> {
+        self.config.users.iter().find(|u| u.login == login).cloned()
+    }
+
+    pub(crate) fn revoke_user(&mut self, login: &str) {
+        self.access.retain(|t| t.login != login);
+        self.refresh.retain(|_, r| r.login != login);
+        self.codes.retain(|_, c| c.login != login);
+        self.authorizations.remove(login);
+    }
+
+    fn route(&mut self, req: &RecordedRequest) -> Response {
+        let path = req.path();
+        let query = req.path_and_query.split_once('?').map_or("", |(_, q)| q);
+        match (req.method.as_str(), path) {
+            ("GET", AUTHORIZE_PATH) => self.authorize(req, &parse_params(query)),
+            ("POST", LOGIN_PATH) => self.login(&parse_params(&req.body)),
+            ("POST", DECISION_PATH) => self.decision(req, &parse_params(&req.body)),
+            ("POST", TOKEN_PATH) => self.token(req),
+            _ if path == API_PREFIX || path.starts_with(&format!("{API_PREFIX}/")) => {
+                self.api(req, path.get(API_PREFIX.len()..).unwrap_or_default())
+            }
+            _ => pages::not_found(),
+        }
+    }
+
+    // ---------------------------------------------------------------- browser side
+
+    fn cookie_user(&self, req: &RecordedRequest) -> Option<FakeUser> {
+        req.headers
+            .iter()
+            .filter(|(k, _)| k == "cookie")
+            .flat_map(|(_, v)| v.split(';'))
+            .filter_map(|c| c.trim().split_once('='))
+            .find(|(k, _)| *k == USER_COOKIE)
+            .and_then(|(_, login)| self.user(login))
+    }
+
+    /// Validates client, redirect_uri and PKCE method; `Err` is the response GitHub would give.
+    fn validate_authorize(&self, params: &Params) -> Result<AuthRequest, Box<Response>> {
+        if param(params, "client_id") != Some(self.config.client_id.as_str()) {
+            return Err(Box::new(pages::not_found()));
+        }
+        let Ok(registered) = Url::parse(&self.config.callback_url) else {
+            return Err(Box::new(pages::bad_request(
+                "The application has no valid callback URL.",
+            )));
+        };
+        let state = param(params, "state").map(str::to_owned);
+        let redirect_uri_sent = param(params, "redirect_uri").map(str::to_owned);
+        let redirect_uri = match &redirect_uri_sent {
+            None => registered.clone(),
+            Some(sent) => match Url::parse(sent) {
+                Ok(u) if redirect_allowed(&registered, &u) => u,
+                _ => {
+                    return Err(Box::new(redirect_to(
+                        &registered,
+                        &[
+                            ("error", Some("redirect_uri_mismatch")),
+                            (
+                                "error_description",
+                                Some(
+                                    "The redirect_uri MUST match the registered callback URL for this application.",
+                                ),
+                            ),
+                            (
+                                "error_uri",
+                                Some(&format!("{AUTHZ_ERRORS_DOC}/#redirect-uri-mismatch")),
+                            ),
+                            ("state", state.as_deref()),
+                        ],
+                    )));
+                }
+            },
+        };
+        let code_challenge = param(params, "code_challenge").map(str::to_owned);
+        // A missing method means "plain" to GitHub, which it does not support either.
+        if code_challenge.is_some() && param(params, "code_challenge_method") != Some("S256") {
+            return Err(Box::new(pages::bad_request("PKCE: only S256 supported")));
+        }
+        Ok(AuthRequest {
+            params: params.clone(),
+            redirect_uri,
+            redirect_uri_sent,
+            scopes: parse_scopes(param(params, "scope")),
+            state,
+            code_challenge,
+        })
+    }
+
+    fn authorize(&mut self, req: &RecordedRequest, params: &Params) -> Response {
+        let ar = match self.validate_authorize(params) {
+            Ok(ar) => ar,
+            Err(resp) => return *resp,
+        };
+        match self.cookie_user(req) {
+            Some(user) if param(params, "prompt") != Some("select_account") => {
+                self.continue_as(&user, ar)
+            }
+            // The `login` hint is dropped so it cannot clash with the picker's buttons.
+            _ => pages::account_picker(&self.config.users, &without(params, &["prompt", "login"])),
+        }
+    }
+
+    /// Signed in: silently skip the consent page if the stored authorization covers the
+    /// request (that is GitHub's behaviour), otherwise show it.
+    fn continue_as(&mut self, user: &FakeUser, mut ar: AuthRequest) -> Response {
+        if let Some(granted) = self.authorizations.get(&user.login)
+            && covers(granted, &ar.scopes)
+        {
+            if ar.scopes.is_empty() {
+                ar.scopes = granted.clone();
+            }
+            return self.issue_code(&user.login, ar);
+        }
+        pages::consent(
+            user,
+            &self.config.client_id,
+            ar.redirect_uri.as_str(),
+            &ar.scopes,
+            &without(&ar.params, &["prompt"]),
+        )
+    }
+
+    fn issue_code(&mut self, login: &str, ar: AuthRequest) -> Response {
+        let code = random_hex(10);
+        self.codes.insert(
+            code.clone(),
+            CodeGrant {
+                client_id: self.config.client_id.clone(),
+                login: login.to_owned(),
+                scopes: ar.scopes,
+                redirect_uri_sent: ar.redirect_uri_sent,
+                code_challenge: ar.code_challenge,
+                expires_at: self.now() + CODE_TTL,
+            },
+        );
+        redirect_to(
+            &ar.redirect_uri,
+            &[("code", Some(&code)), ("state", ar.state.as_deref())],
+        )
+    }
+
+    fn login(&mut self, form: &Params) -> Response {
+        let Some(user) = param(form, "login").and_then(|l| self.user(l)) else {
+            return pages::bad_request("Incorrect username or password.");
+        };
+        let params = without(form, &["login", "prompt"]);
+        let mut resp = match self.validate_authorize(&params) {
+            Ok(ar) => self.continue_as(&user, ar),
+            Err(resp) => *resp,
+        };
+        let cookie = format!(
+            "{USER_COOKIE}={}; Path=/; HttpOnly; SameSite=Lax",
+            user.login
+        );
+        if let Ok(value) = header::HeaderValue::from_str(&cookie) {
+            resp.headers_mut().append(header::SET_COOKIE, value);
+        }
+        resp
+    }
+
+    fn decision(&mut self, req: &RecordedRequest, form: &Params) -> Response {
+        let Some(user) = self.cookie_user(req) else {
+            return pages::bad_request("You must be signed in to authorize an application.");
+        };
+        let params = without(form, &["decision"]);
+        let ar = match self.validate_authorize(&params) {
+            Ok(ar) => ar,
+            Err(resp) => return *resp,
+        };
+        match param(form, "decision") {
+            Some("approve") => {
+                self.authorizations
+                    .entry(user.login.clone())
+                    .or_default()
+                    .extend(ar.scopes.iter().cloned());
+                self.issue_code(&user.login, ar)
+            }
+            Some("deny") => redirect_to(
+                &ar.redirect_uri,
+                &[
+                    ("error", Some("access_denied")),
+                    (
+                        "error_description",
+                        Some("The user has denied your application access."),
+                    ),
+                    (
+                        "error_uri",
+                        Some(&format!("{AUTHZ_ERRORS_DOC}/#access-denied")),
+                    ),
+                    ("state", ar.state.as_deref()),
+                ],
+            ),
+            _ => pages::bad_request("Unknown decision."),
+        }
+    }
+
+    // ---------------------------------------------------------------- token endpoint
+
+    fn token(&mut self, req: &RecordedRequest) -> Response {
+        let form = parse_params(&req.body);
+        let wants_json = req
+            .header("accept")
+            .is_some_and(|a| a.contains("application/json"));
+        let (client_id, secret) = basic_credentials(req).unwrap_or_else(|| {
+            let get = |n| param(&form, n).unwrap_or_default().to_owned();
+            (get("client_id"), get("client_secret"))
+        });
+        if client_id != self.config.client_id || secret != self.config.client_secret {
+            return token_error(
+                "incorrect_client_credentials",
+                "The client_id and/or client_secret passed are incorrect.",
+            );
+        }
+        match param(&form, "grant_type") {
+            None | Some("authorization_code") => self.exchange_code(&form, wants_json),
+            Some("refresh_token") => self.refresh_grant(&form, wants_json),
+            Some(_) => token_error("unsupported_grant_type", "The grant type is not supported."),
+        }
+    }
+
+    fn exchange_code(&mut self, form: &Params, wants_json: bool) -> Response {
+        let bad_code = || {
+            token_error(
+                "bad_verification_code",
+                "The code passed is incorrect or expired.",
+            )
+        };
+        // Single use: a code is consumed by any exchange attempt that names it.
+        let Some(grant) = param(form, "code").and_then(|c| self.codes.remove(c)) else {
+            return bad_code();
+        };
+        if grant.expires_at <= self.now() || grant.client_id != self.config.client_id {
+            return bad_code();
+        }
+        let sent = param(form, "redirect_uri");
+        let mismatch = match (&grant.redirect_uri_sent, sent) {
+            (Some(at_authorize), at_token) => at_token != Some(at_authorize.as_str()),
+            (None, Some(at_token)) => at_token != self.config.callback_url,
+            (None, None) => false,
+        };
+        if mismatch {
+            return token_error(
+                "redirect_uri_mismatch",
+                "The redirect_uri MUST match the registered callback URL for this application.",
+            );
+        }
+        let pkce_ok = match (&grant.code_challenge, param(form, "code_verifier")) {
+            (Some(challenge), Some(verifier)) => {
+                BASE64_URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) == *challenge
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if !pkce_ok {
+            return bad_code();
+        }
+        let (access, refresh) = self.issue_tokens(&grant.login, grant.scopes);
+        self.token_success(wants_json, &access, refresh.as_deref())
+    }
+
+    fn refresh_grant(&mut self, form: &Params, wants_json: bool) -> Response {
+        let bad = || {
+            token_error(
+                "bad_refresh_token",
+                "The refresh token passed is incorrect or expired.",
+            )
+        };
+        if !self.config.expiring_tokens {
+            return bad();
+        }
+        let Some(old) = param(form, "refresh_token").and_then(|r| self.refresh.remove(r)) else {
+            return bad();
+        };
+        if old.expires_at <= self.now() {
+            return bad();
+        }
+        // Rotation: the old refresh token is gone, and so is the old access token.
+        self.access.retain(|t| t.token != old.access_token);
+        let (access, refresh) = self.issue_tokens(&old.login, old.scopes);
+        self.token_success(wants_json, &access, refresh.as_deref())
+    }
+
+    /// Mints an access token (and a refresh token in expiring mode), evicting the oldest
+    /// tokens beyond GitHub's limit of 10 per user/app/scope.
+    fn issue_tokens(&mut self, login: &str, scopes: BTreeSet<String>) -> (String, Option<String>) {
+        let expiring = self.config.expiring_tokens;
+        let scopes = if expiring { BTreeSet::new() } else { scopes };
+        let same: Vec<String> = self
+            .access
+            .iter()
+            .filter(|t| t.login == login && t.scopes == scopes)
+            .map(|t| t.token.clone())
+            .collect();
+        let evict: Vec<String> = same
+            .iter()
+            .take((same.len() + 1).saturating_sub(TOKENS_PER_SCOPE))
+            .cloned()
+            .collect();
+        if !evict.is_empty() {
+            tracing::debug!(
+                login,
+                evicted = evict.len(),
+                "fake GitHub evicts the oldest tokens"
+            );
+            self.access.retain(|t| !evict.contains(&t.token));
+            self.refresh.retain(|_, r| !evict.contains(&r.access_token));
+        }
+        let now = self.now();
+        let prefix = if expiring { "ghu_" } else { "gho_" };
+        let token = format!("{prefix}{}", random_alnum(36));
+        let refresh_token = expiring.then(|| format!("ghr_{}", random_alnum(76)));
+        if let Some(rt) = &refresh_token {
+            self.refresh.insert(
+                rt.clone(),
+                RefreshGrant {
+                    login: login.to_owned(),
+                    scopes: scopes.clone(),
+                    access_token: token.clone(),
+                    expires_at: now + Duration::from_secs(REFRESH_TTL_SECS),
+                },
+            );
+        }
+        self.access.push(AccessToken {
+            token: token.clone(),
+            login: login.to_owned(),
+            scopes,
+            expires_at: expiring.then(|| now + Duration::from_secs(ACCESS_TTL_SECS)),
+        });
+        self.issued.push((login.to_owned(), token.clone()));
+        (token, refresh_token)
+    }
+
+    fn token_success(&self, wants_json: bool, access: &str, refresh: Option<&str>) -> Response {
+        let scope = self
+            .live_token(access)
+            .map(|t| t.scopes.iter().cloned().collect::<Vec<_>>().join(","))
+            .unwrap_or_default();
+        let mut fields: Vec<(&str, Value)> = vec![("access_token", json!(access))];
+        if let Some(rt) = refresh {
+            fields.push(("expires_in", json!(ACCESS_TTL_SECS)));
+            fields.push(("refresh_token", json!(rt)));
+            fields.push(("refresh_token_expires_in", json!(REFRESH_TTL_SECS)));
+        }
+        fields.push(("scope", json!(scope)));
+        fields.push(("token_type", json!("bearer")));
+        if wants_json {
+            let map: serde_json::Map<String, Value> =
+                fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            return api_json(StatusCode::OK, Value::Object(map));
+        }
+        let mut ser = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in &fields {
+            match v {
+                Value::String(s) => ser.append_pair(k, s),
+                other => ser.append_pair(k, &other.to_string()),
+            };
+        }
+        (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded; charset=utf-8",
+            )],
+            ser.finish(),
+        )
+            .into_response()
+    }
+
+    fn live_token(&self, token: &str) -> Option<&AccessToken> {
+        let now = self.now();
+        self.access
+            .iter()
+            .find(|t| t.token == token && t.expires_at.is_none_or(|e| e > now))
+    }
+
+    // ---------------------------------------------------------------- REST API
+
+    fn api(&mut self, req: &RecordedRequest, path: &str) -> Response {
+        if req
+            .header("user-agent")
+            .is_none_or(|ua| ua.trim().is_empty())
+        {
+            return api_json(
+                StatusCode::FORBIDDEN,
+                json!({"message": "Request forbidden by administrative rules. Please make sure your request has a User-Agent header"}),
+            );
+        }
+        let app_route = path
+            .strip_prefix("/applications/")
+            .and_then(|rest| rest.split_once('/'));
+        match (req.method.as_str(), path, app_route) {
+            ("GET", "/user", _) => self.get_user(req),
+            (method, _, Some((client_id, what @ ("grant" | "token")))) => {
+                self.application_api(req, method, client_id, what)
+            }
+            _ => api_json(
+                StatusCode::NOT_FOUND,
+                json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"}),
+            ),
+        }
+    }
+
+    fn user_json(&self, user: &FakeUser) -> Value {
+        json!({
+            "login": user.login,
+            "id": user.id,
+            "node_id": format!("U_fake{}", user.id),
+            "avatar_url": format!("https://avatars.githubusercontent.com/u/{}?v=4", user.id),
+            "html_url": format!("https://github.com/{}", user.login),
+            "name": user.name,
+            "type": "User",
+            "site_admin": false,
+        })
+    }
+
+    fn get_user(&self, req: &RecordedRequest) -> Response {
+        let Some(token) = bearer_token(req) else {
+            return api_json(
+                StatusCode::UNAUTHORIZED,
+                json!({"message": "Requires authentication", "documentation_url": "https://docs.github.com/rest/users/users#get-the-authenticated-user", "status": "401"}),
+            );
+        };
+        let Some((tok, user)) = self
+            .live_token(&token)
+            .and_then(|t| Some((t, self.user(&t.login)?)))
+        else {
+            return bad_credentials();
+        };
+        let mut resp = api_json(StatusCode::OK, self.user_json(&user));
+        // OAuth App tokens report their scopes; GitHub App user tokens have none.
+        if tok.token.starts_with("gho_") {
+            let scopes = tok.scopes.iter().cloned().collect::<Vec<_>>().join(", ");
+            if let Ok(v) = header::HeaderValue::from_str(&scopes) {
+                resp.headers_mut().insert("x-oauth-scopes", v);
+            }
+        }
+        resp.headers_mut().insert(
+            "x-accepted-oauth-scopes",
+            header::HeaderValue::from_static(""),
+        );
+        resp
+    }
+
+    /// `DELETE /applications/{id}/grant`, `POST`/`DELETE /applications/{id}/token`:
+    /// HTTP Basic with the app's credentials and a JSON body `{"access_token": "…"}`.
+    fn application_api(
+        &mut self,
+        req: &RecordedRequest,
+        method: &str,
+        client_id: &str,
+        what: &str,
+    ) -> Response {
+        let creds_ok = basic_credentials(req).is_some_and(|(id, secret)| {
+            id == self.config.client_id && secret == self.config.client_secret
+        });
+        if !creds_ok {
+            return bad_credentials();
+        }
+        if client_id != self.config.client_id {
+            return api_json(StatusCode::NOT_FOUND, json!({"message": "Not Found"}));
+        }
+        let token = serde_json::from_str::<Value>(&req.body)
+            .ok()
+            .and_then(|v| v.get("access_token")?.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        // "Check a token" needs a live token; the deletions accept an expired one too.
+        let now = self.now();
+        let Some((login, scopes, expires_at)) = self
+            .access
+            .iter()
+            .find(|t| {
+                t.token == token && (method != "POST" || t.expires_at.is_none_or(|e| e > now))
+            })
+            .map(|t| (t.login.clone(), t.scopes.clone(), t.expires_at))
+        else {
+            let status = if method == "POST" {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::UNPROCESSABLE_ENTITY
+            };
+            return api_json(
+                status,
+                json!({"message": if method == "POST" { "Not Found" } else { "Validation Failed" }, "documentation_url": "https://docs.github.com/rest/apps/oauth-applications"}),
+            );
+        };
+        match (method, what) {
+            ("DELETE", "grant") => {
+                self.revoke_user(&login);
+                StatusCode::NO_CONTENT.into_response()
+            }
+            ("DELETE", "token") => {
+                self.access.retain(|t| t.token != token);
+                self.refresh.retain(|_, r| r.access_token != token);
+                StatusCode::NO_CONTENT.into_response()
+            }
+            ("POST", "token") => {
+                let user = self.user(&login).map(|u| self.user_json(&u));
+                let expires_at = expires_at
+                    .and_then(|e| e.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs());
+                api_json(
+                    StatusCode::OK,
+                    json!({"token": token, "scopes": scopes, "expires_at": expires_at, "user": user, "app": {"client_id": client_id}}),
+                )
+            }
+            _ => api_json(StatusCode::NOT_FOUND, json!({"message": "Not Found"})),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Audit events: typed, stored durably and emitted as structured `tracing` events on the
+//! `audit` target. They carry ids, names, hosts and scopes, never a token, code, state,
+//! cookie value or secret (the types that hold those cannot be put in an event).
+
+use serde::Serialize;
+
+use crate::clock::{SharedClock, UnixTime};
+use crate::crypto;
+use crate::ids::{ClientId, FamilyId, UserId};
+use crate::store::{Keyspace, SharedStore, StoreError, StoreExt};
+
+/// Keep audit events this long.
+const RETENTION_SECS: u64 = 90 * 86_400;
+
+/// Something security-relevant happened.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum AuditEvent {
+    /// A client registered.
+    ClientRegistered {
+        /// Client.
+        client_id: ClientId,
+        /// Untrusted name.
+        client_name: Option<String>,
+        /// Its redirect URIs.
+        redirect_uris: Vec<String>,
+    },
+    /// The consent page was shown.
+    ConsentShown {
+        /// Client.
+        client_id: ClientId,
+        /// Redirect host.
+        redirect_host: String,
+        /// Warnings shown.
+        warnings: Vec<String>,
+    },
+    /// The person approved on the consent page (identity confirmed at the callback).
+    ConsentApproved {
+        /// Client.
+        client_id: ClientId,
+        /// Scopes.
+        scopes: String,
+    },
+    /// The person denied.
+    ConsentDenied {
+        /// Client.
+        client_id: ClientId,
+    },
+    /// A consent was recorded for a person after GitHub confirmed who they are.
+    ConsentRecorded {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Registered redirect URI.
+        redirect_uri: String,
+        /// Scopes.
+        scopes: String,
+    },
+    /// A callback was refused (state unknown or not bound to this browser).
+    CallbackRejected {
+        /// Why.
+        reason: String,
+    },
+    /// A person signed in through GitHub.
+    SignedIn {
+        /// Person.
+        user_id: UserId,
+        /// GitHub login.
+        login: String,
+    },
+    /// A code was issued.
+    CodeIssued {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Without the consent page (remembered consent, fresh session).
+        consent_remembered: bool,
+    },
+    /// A code was presented a second time; what it produced was revoked.
+    CodeReuse {
+        /// Family revoked.
+        family_id: FamilyId,
+    },
+    /// Tokens were issued from a code.
+    TokenIssued {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Family.
+        family_id: FamilyId,
+    },
+    /// A refresh token was rotated.
+    TokenRefreshed {
+        /// Client.
+        client_id: ClientId,
+        /// Family.
+        family_id: FamilyId,
+        /// Honoured inside the grace window.
+        grace: bool,
+    },
+    /// An old refresh token was presented: the family is revoked.
+    RefreshReuse {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Family.
+        family_id: FamilyId,
+    },
+    /// A token was revoked by its client (RFC 7009).
+    TokenRevoked {
+        /// Client.
+        client_id: ClientId,
+        /// "access_token" or "refresh_token".
+        kind: &'static str,
+    },
+    /// A person revoked a client on the account page.
+    ClientAccessRevoked {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Families revoked.
+        families: usize,
+    },
+}
+
+/// The audit sink.
+#[derive(Clone)]
+pub struct Audit {
+    store: SharedStore,
+    clock: SharedClock,
+}
+
+/// A stored event.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct AuditRecord {
+    /// Event id.
+    pub id: String,
+    /// When.
+    pub at: UnixTime,
+    /// The event as JSON.
+    pub event: serde_json::Value,
+}
+
+impl Audit {
+    /// New sink.
+    pub fn new(store: SharedStore, clock: SharedClock) -> Audit {
+        Audit { store, clock }
+    }
+
+    /// Records an event durably and logs it.
+    pub async fn record(&self, event: AuditEvent) -> Result<(), StoreError> {
+        let at = self.clock.now();
+        let id = crypto::b64url(
+            &crypto::random_bytes::<12>().map_err(|e| StoreError::Backend(e.to_string()))?,
+        );
+        let json = serde_json::to_value(&event).map_err(|e| StoreError::Backend(e.to_string()))?;
+        tracing::info!(target: "audit", id = %id, at = at.0, event = %json, "audit");
+        let rec = AuditRecord {
+            id: id.clone(),
+            at,
+            event: json,
+        };
+        self.store
+            .put_json(
+                Keyspace::Audit,
+                &format!("{:020}-{id}", at.0),
+                &rec,
+                Some(at.plus(RETENTION_SECS)),
+            )
+            .await
+    }
+
+    /// All stored events, oldest first.
+    pub async fn all(&self) -> Result<Vec<AuditRecord>, StoreError> {
+        Ok(self
+            .store
+            .scan_json(Keyspace::Audit, "")
+            .await?
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect())
+    }
+}

@@ -1,0 +1,140 @@
+//! Binding: a token ↔ the one resource it is for (RFC 8707). `resource` is required or
+//! defaulted to this proxy's single MCP resource at /authorize and /token, and codes, access
+//! tokens and refresh families carry it. Any other value is `invalid_target`. (The gateway's
+//! check of tokens presented at /mcp uses the same canonical value.)
+
+use crate::oauth::error::{ErrorCode, OAuthError};
+
+/// The canonical MCP resource a code or token is bound to. Only this module makes one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audience(String);
+
+impl Audience {
+    /// The canonical URI.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+const INVALID_TARGET: OAuthError = OAuthError::new(
+    ErrorCode::InvalidTarget,
+    "resource is not this server's MCP endpoint",
+);
+
+/// Checks a `resource` parameter against the canonical MCP URI. Scheme and host compare
+/// case-insensitively (MCP: "SHOULD accept uppercase scheme and host"); the rest, including
+/// any trailing slash, query or fragment, must be identical. A missing `resource` defaults to
+/// the only resource this proxy serves (older clients omit it).
+pub fn check_resource(requested: Option<&str>, canonical: &str) -> Result<Audience, OAuthError> {
+    let Some(r) = requested else {
+        return Ok(Audience(canonical.to_owned()));
+    };
+    if r == canonical {
+        return Ok(Audience(canonical.to_owned()));
+    }
+    let (Ok(req), Ok(can)) = (url::Url::parse(r), url::Url::parse(canonical)) else {
+        return Err(INVALID_TARGET);
+    };
+    // `Url` lowercases scheme and host; compare the remaining text byte for byte.
+    let split = |raw: &str| {
+        raw.find("://")
+            .map(|i| &raw[i + 3..])
+            .and_then(|rest| rest.find('/').map(|j| rest[j..].to_owned()))
+    };
+    let same_origin = req.origin() == can.origin();
+    let same_rest = split(r) == split(canonical) && split(r).is_some();
+    if same_origin && same_rest && !r.contains('#') && req.username().is_empty() {
+        Ok(Audience(canonical.to_owned()))
+    } else {
+        Err(INVALID_TARGET)
+    }
+}
+
+/// A token record proven to be for this server's resource. Only this module makes one; the
+/// gateway forwards only requests that carry one.
+#[derive(Debug)]
+pub struct Audienced<T>(T);
+
+impl<T> Audienced<T> {
+    /// The checked value.
+    pub fn get(&self) -> &T {
+        &self.0
+    }
+}
+
+/// A token for another resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AudienceRejection;
+
+/// Accepts an access token record only if its audience is exactly `canonical`.
+pub fn audienced(
+    record: crate::store::records::AccessTokenRecord,
+    canonical: &str,
+) -> Result<Audienced<crate::store::records::AccessTokenRecord>, AudienceRejection> {
+    if record.resource == canonical {
+        Ok(Audienced(record))
+    } else {
+        Err(AudienceRejection)
+    }
+}
+
+/// Checks that a stored code's or family's audience is still the one requested at /token
+/// (a `resource` at /token may only repeat what was granted).
+pub fn recheck(stored: &str, requested: Option<&str>) -> Result<Audience, OAuthError> {
+    match requested {
+        None => Ok(Audience(stored.to_owned())),
+        Some(_) => {
+            let a = check_resource(requested, stored)?;
+            Ok(a)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: &str = "https://mcp.example.com/mcp";
+
+    #[test]
+    fn canonical_and_missing_accepted() {
+        assert_eq!(check_resource(Some(C), C).unwrap().as_str(), C);
+        assert_eq!(check_resource(None, C).unwrap().as_str(), C);
+        assert_eq!(
+            check_resource(Some("HTTPS://MCP.Example.com/mcp"), C)
+                .unwrap()
+                .as_str(),
+            C
+        );
+    }
+
+    #[test]
+    fn token_for_other_resource_rejected() {
+        for bad in [
+            "https://other.example.com/mcp",
+            "https://mcp.example.com/mcp/",
+            "https://mcp.example.com/MCP",
+            "https://mcp.example.com/mcp?utm_source=x",
+            "https://mcp.example.com/mcp#x",
+            "https://mcp.example.com",
+            "https://mcp.example.com:8443/mcp",
+            "http://mcp.example.com/mcp",
+            "https://api.github.com",
+            "not a url",
+        ] {
+            let e = check_resource(Some(bad), C).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidTarget, "{bad}");
+        }
+    }
+
+    #[test]
+    fn recheck_keeps_the_granted_audience() {
+        assert_eq!(recheck(C, None).unwrap().as_str(), C);
+        assert_eq!(
+            recheck(C, Some("https://other.example/mcp"))
+                .unwrap_err()
+                .code,
+            ErrorCode::InvalidTarget
+        );
+    }
+}

@@ -1,0 +1,278 @@
+//! Binding: person ↔ MCP client ↔ redirect URI ↔ scopes. The registry is server-side and is
+//! consulted before anything is sent to GitHub. A consent covers one (person, client,
+//! registered redirect URI) and a scope set; a new client, a new redirect URI or more scopes
+//! are not covered and need the consent page again.
+
+use super::browser_state::BrowserBound;
+use super::redirect::RedirectMatched;
+use crate::clock::UnixTime;
+use crate::crypto;
+use crate::ids::{ClientId, UserId};
+use crate::oauth::scope::ScopeSet;
+use crate::store::records::{ConsentRecord, UpstreamStateRecord};
+use crate::store::{Keyspace, Store, StoreError, StoreExt};
+
+/// Proof that this person consented to this client, redirect URI and scopes. Only this module
+/// makes one.
+#[derive(Debug, Clone)]
+pub struct ConsentGranted {
+    user_id: UserId,
+    redirect: RedirectMatched,
+    scopes: ScopeSet,
+}
+
+impl ConsentGranted {
+    /// The person.
+    pub fn user_id(&self) -> &UserId {
+        &self.user_id
+    }
+    /// The matched redirect.
+    pub fn redirect(&self) -> &RedirectMatched {
+        &self.redirect
+    }
+    /// The consented scopes this authorization uses.
+    pub fn scopes(&self) -> &ScopeSet {
+        &self.scopes
+    }
+}
+
+fn key(user: &UserId, client: &ClientId, registered_redirect: &str) -> String {
+    format!(
+        "{}|{}|{}",
+        user.as_str(),
+        client.as_str(),
+        crypto::hash_secret(registered_redirect)
+    )
+}
+
+fn user_prefix(user: &UserId) -> String {
+    format!("{}|", user.as_str())
+}
+
+/// Looks up a remembered consent covering this request.
+pub async fn lookup(
+    store: &dyn Store,
+    user: &UserId,
+    redirect: &RedirectMatched,
+    scopes: &ScopeSet,
+) -> Result<Option<ConsentGranted>, StoreError> {
+    let k = key(user, redirect.client_id(), redirect.registered());
+    let rec: Option<ConsentRecord> = store.get_json(Keyspace::Consents, &k).await?;
+    Ok(rec
+        .filter(|r| {
+            r.user_id == *user && r.client_id == *redirect.client_id() && r.scopes.covers(scopes)
+        })
+        .map(|_| ConsentGranted {
+            user_id: user.clone(),
+            redirect: redirect.clone(),
+            scopes: scopes.clone(),
+        }))
+}
+
+/// Records the consent the person gave on the consent page. Requires the proof that the
+/// GitHub callback came back to the browser that approved.
+pub async fn record(
+    store: &dyn Store,
+    now: UnixTime,
+    user: &UserId,
+    redirect: RedirectMatched,
+    scopes: ScopeSet,
+    _approved_in_this_browser: &BrowserBound<UpstreamStateRecord>,
+) -> Result<ConsentGranted, StoreError> {
+    let k = key(user, redirect.client_id(), redirect.registered());
+    let previous: Option<ConsentRecord> = store.get_json(Keyspace::Consents, &k).await?;
+    // The person approved `scopes` now and whatever the earlier record holds before.
+    let union = match &previous {
+        Some(p) => ScopeSet::from_list(p.scopes.iter().chain(scopes.iter()).map(str::to_owned)),
+        None => scopes.clone(),
+    };
+    let rec = ConsentRecord {
+        user_id: user.clone(),
+        client_id: redirect.client_id().clone(),
+        redirect_uri: redirect.registered().to_owned(),
+        scopes: union,
+        granted_at: now,
+        last_used_at: previous.and_then(|p| p.last_used_at),
+    };
+    store.put_json(Keyspace::Consents, &k, &rec, None).await?;
+    Ok(ConsentGranted {
+        user_id: user.clone(),
+        redirect,
+        scopes,
+    })
+}
+
+/// Notes that a consent was used (code or refresh), for the account page.
+pub async fn touch(
+    store: &dyn Store,
+    now: UnixTime,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<(), StoreError> {
+    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
+    for (k, mut rec) in store
+        .scan_json::<ConsentRecord>(Keyspace::Consents, &prefix)
+        .await?
+    {
+        rec.last_used_at = Some(now);
+        store.put_json(Keyspace::Consents, &k, &rec, None).await?;
+    }
+    Ok(())
+}
+
+/// Whether a person still has any consent for a client (checked when a code is redeemed, so
+/// a revocation between issuing and redeeming a code wins).
+pub async fn exists_for_client(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<bool, StoreError> {
+    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
+    Ok(!store
+        .scan_prefix(Keyspace::Consents, &prefix)
+        .await?
+        .is_empty())
+}
+
+/// All of a person's consents.
+pub async fn list(store: &dyn Store, user: &UserId) -> Result<Vec<ConsentRecord>, StoreError> {
+    Ok(store
+        .scan_json::<ConsentRecord>(Keyspace::Consents, &user_prefix(user))
+        .await?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
+}
+
+/// Forgets every consent a person gave one client; returns how many.
+pub async fn revoke_client(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<usize, StoreError> {
+    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
+    let rows = store.scan_prefix(Keyspace::Consents, &prefix).await?;
+    for (k, _) in &rows {
+        store.remove(Keyspace::Consents, k).await?;
+    }
+    Ok(rows.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::redirect::match_redirect;
+    use crate::clock::ManualClock;
+    use crate::store::SledStore;
+
+    fn redirect(client: &str, uri: &str) -> RedirectMatched {
+        match_redirect(&ClientId::new(client), &[uri.to_owned()], Some(uri)).unwrap()
+    }
+
+    async fn put(store: &SledStore, user: &UserId, r: &RedirectMatched, scopes: &str) {
+        let rec = ConsentRecord {
+            user_id: user.clone(),
+            client_id: r.client_id().clone(),
+            redirect_uri: r.registered().to_owned(),
+            scopes: ScopeSet::parse(scopes).unwrap(),
+            granted_at: UnixTime(1),
+            last_used_at: None,
+        };
+        store
+            .put_json(
+                Keyspace::Consents,
+                &key(user, r.client_id(), r.registered()),
+                &rec,
+                None,
+            )
+            .await
+            .unwrap();
+    }
+
+    fn store() -> SledStore {
+        SledStore::temporary(ManualClock::new(UnixTime(1_000))).unwrap()
+    }
+
+    #[tokio::test]
+    async fn consent_for_client_a_does_not_cover_client_b() {
+        let s = store();
+        let alice = UserId::github(1);
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        assert!(lookup(&s, &alice, &a, &scopes).await.unwrap().is_some());
+        let b = redirect("client-b", "https://a.example/cb");
+        assert!(lookup(&s, &alice, &b, &scopes).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn consent_of_one_person_does_not_cover_another() {
+        let s = store();
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &UserId::github(1), &a, "read:user").await;
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        assert!(
+            lookup(&s, &UserId::github(2), &a, &scopes)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn scope_growth_requires_reconsent() {
+        let s = store();
+        let alice = UserId::github(1);
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        let more = ScopeSet::parse("read:user repo").unwrap();
+        assert!(lookup(&s, &alice, &a, &more).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn new_redirect_uri_requires_reconsent() {
+        let s = store();
+        let alice = UserId::github(1);
+        let regs = vec![
+            "https://a.example/cb".to_owned(),
+            "https://other.example/cb".to_owned(),
+        ];
+        let first =
+            match_redirect(&ClientId::new("c"), &regs, Some("https://a.example/cb")).unwrap();
+        put(&s, &alice, &first, "read:user").await;
+        let second =
+            match_redirect(&ClientId::new("c"), &regs, Some("https://other.example/cb")).unwrap();
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        assert!(
+            lookup(&s, &alice, &second, &scopes)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn loopback_consent_survives_a_new_port() {
+        let s = store();
+        let alice = UserId::github(1);
+        let regs = vec!["http://127.0.0.1/cb".to_owned()];
+        let first =
+            match_redirect(&ClientId::new("c"), &regs, Some("http://127.0.0.1:5000/cb")).unwrap();
+        put(&s, &alice, &first, "read:user").await;
+        let later =
+            match_redirect(&ClientId::new("c"), &regs, Some("http://127.0.0.1:6000/cb")).unwrap();
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        assert!(lookup(&s, &alice, &later, &scopes).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn revoked_consent_is_gone() {
+        let s = store();
+        let alice = UserId::github(1);
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        assert_eq!(revoke_client(&s, &alice, a.client_id()).await.unwrap(), 1);
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        assert!(lookup(&s, &alice, &a, &scopes).await.unwrap().is_none());
+    }
+}

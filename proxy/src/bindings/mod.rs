@@ -1,0 +1,20 @@
+//! One module per security binding (DESIGN.md §3). Each passed check returns a value only its
+//! module can construct, and the next step takes it by value:
+//!
+//! | binding | module | witness |
+//! |---|---|---|
+//! | redirect URI | [`redirect`] | `RedirectMatched` |
+//! | issuer (`iss`) | [`issuer`] | every client redirect is built from a `RedirectMatched` |
+//! | consent cookie | [`consent_cookie`] | MAC over purpose, client, flow, expiry |
+//! | browser-bound state | [`browser_state`] | `BrowserBound<UpstreamStateRecord>` |
+//! | per-client consent | [`consent_registry`] | `ConsentGranted` |
+//! | audience (RFC 8707) | [`audience`] | `Audience` |
+//!
+//! `flows::codes::issue_code` needs all of them before a code exists.
+
+pub mod audience;
+pub mod browser_state;
+pub mod consent_cookie;
+pub mod consent_registry;
+pub mod issuer;
+pub mod redirect;

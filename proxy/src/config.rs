@@ -1,0 +1,807 @@
+//! Configuration: parsed from TOML, secrets from the file itself, a file, or an environment
+//! variable, and validated as a whole so every error is reported before any port is bound.
+//! The environment is read through [`Env`], so tests inject it instead of mutating the process.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use url::Url;
+
+use crate::crypto::{self, Key};
+use crate::ids::ClientSecret;
+
+/// Where environment variables come from (the process, or a map in tests).
+pub trait Env {
+    /// The variable's value, if set.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl Env for std::collections::HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+}
+
+/// Everything wrong with a configuration, each line one problem.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+pub struct ConfigError(pub Vec<String>);
+
+// ---- raw TOML shape -------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    server: Option<RawServer>,
+    github: Option<RawGitHub>,
+    #[serde(default)]
+    store: RawStore,
+    keys: Option<RawKeys>,
+    #[serde(default)]
+    tokens: RawTokens,
+    #[serde(default)]
+    session: RawSession,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    public_url: String,
+    #[serde(default = "default_listen")]
+    listen: String,
+    resource_name: Option<String>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".to_owned()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGitHub {
+    client_id: String,
+    client_secret: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    client_secret_env: Option<String>,
+    #[serde(default = "default_scopes")]
+    scopes: Vec<String>,
+    #[serde(default = "default_authorize_url")]
+    authorize_url: String,
+    #[serde(default = "default_token_url")]
+    token_url: String,
+    #[serde(default = "default_api_url")]
+    api_url: String,
+    #[serde(default = "default_timeout")]
+    timeout_secs: u64,
+}
+
+fn default_scopes() -> Vec<String> {
+    vec!["read:user".to_owned()]
+}
+fn default_authorize_url() -> String {
+    "https://github.com/login/oauth/authorize".to_owned()
+}
+fn default_token_url() -> String {
+    "https://github.com/login/oauth/access_token".to_owned()
+}
+fn default_api_url() -> String {
+    "https://api.github.com".to_owned()
+}
+fn default_timeout() -> u64 {
+    10
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    path: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawKeys {
+    consent_cookie: Option<String>,
+    consent_cookie_file: Option<PathBuf>,
+    consent_cookie_env: Option<String>,
+    csrf: Option<String>,
+    csrf_file: Option<PathBuf>,
+    csrf_env: Option<String>,
+    token_encryption: Option<String>,
+    token_encryption_file: Option<PathBuf>,
+    token_encryption_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawTokens {
+    access_token_ttl_secs: u64,
+    refresh_token_idle_ttl_secs: u64,
+    refresh_token_max_lifetime_secs: u64,
+    refresh_grace_secs: u64,
+    code_ttl_secs: u64,
+}
+
+impl Default for RawTokens {
+    fn default() -> Self {
+        let d = TokenPolicy::default();
+        RawTokens {
+            access_token_ttl_secs: d.access_token_ttl_secs,
+            refresh_token_idle_ttl_secs: d.refresh_idle_ttl_secs,
+            refresh_token_max_lifetime_secs: d.refresh_max_lifetime_secs,
+            refresh_grace_secs: d.refresh_grace_secs,
+            code_ttl_secs: d.code_ttl_secs,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawSession {
+    max_age_secs: u64,
+    consent_skip_max_age_secs: u64,
+}
+
+impl Default for RawSession {
+    fn default() -> Self {
+        let d = SessionPolicy::default();
+        RawSession {
+            max_age_secs: d.max_age_secs,
+            consent_skip_max_age_secs: d.consent_skip_max_age_secs,
+        }
+    }
+}
+
+// ---- validated shape ------------------------------------------------------------------------
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Issuer and public base URL, without a trailing slash, e.g. `https://mcp.example.com`.
+    pub public_url: PublicUrl,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// `resource_name` in protected resource metadata.
+    pub resource_name: String,
+    /// Upstream GitHub OAuth client.
+    pub github: GitHubConfig,
+    /// Storage location.
+    pub store: StoreConfig,
+    /// Keys from configuration, or `None` to generate and keep them in the store directory.
+    pub keys: Option<Keys>,
+    /// Client-facing token lifetimes.
+    pub tokens: TokenPolicy,
+    /// Browser session policy.
+    pub session: SessionPolicy,
+}
+
+/// The proxy's public URL: the OAuth issuer; the MCP resource is this plus `/mcp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl(String);
+
+impl PublicUrl {
+    /// Validates a public URL: https (or http on a loopback host), no query, fragment or
+    /// userinfo. A trailing slash is removed so the issuer has one spelling.
+    pub fn parse(s: &str) -> Result<PublicUrl, String> {
+        let url = Url::parse(s).map_err(|e| format!("server.public_url: {e}"))?;
+        let host = url.host_str().unwrap_or_default();
+        match url.scheme() {
+            "https" => {}
+            "http" if is_loopback_host(host) => {}
+            "http" => {
+                return Err(format!(
+                    "server.public_url: http:// is accepted only for loopback hosts, not {host:?}; use https:// (TLS in front of the proxy is fine)"
+                ));
+            }
+            other => return Err(format!("server.public_url: unsupported scheme {other:?}")),
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err("server.public_url: must not have a query or fragment".to_owned());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("server.public_url: must not contain user info".to_owned());
+        }
+        if url.path() != "/" {
+            return Err("server.public_url: must be an origin without a path (the proxy serves /authorize, /mcp, … at its root)".to_owned());
+        }
+        let s = url.as_str().trim_end_matches('/').to_owned();
+        Ok(PublicUrl(s))
+    }
+    /// The issuer identifier, byte-identical everywhere it appears.
+    pub fn issuer(&self) -> &str {
+        &self.0
+    }
+    /// The canonical MCP resource URI.
+    pub fn mcp_resource(&self) -> String {
+        format!("{}/mcp", self.0)
+    }
+    /// `public_url + path` (path starts with `/`).
+    pub fn join(&self, path: &str) -> String {
+        format!("{}{}", self.0, path)
+    }
+    /// Scheme, host and port, for `Origin` checks.
+    pub fn origin(&self) -> String {
+        Url::parse(&self.0)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_default()
+    }
+    /// Whether the public URL is plain http (loopback development only).
+    pub fn is_http(&self) -> bool {
+        self.0.starts_with("http://")
+    }
+}
+
+/// `127.0.0.1`, `[::1]` or `localhost` (any case).
+pub fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The proxy's one OAuth client at GitHub.
+#[derive(Debug, Clone)]
+pub struct GitHubConfig {
+    /// Client id.
+    pub client_id: String,
+    /// Client secret.
+    pub client_secret: std::sync::Arc<ClientSecret>,
+    /// Scopes requested from GitHub; also the scopes MCP clients may ask for.
+    pub scopes: Vec<String>,
+    /// Authorize endpoint.
+    pub authorize_url: Url,
+    /// Token endpoint.
+    pub token_url: Url,
+    /// REST API base.
+    pub api_url: Url,
+    /// Timeout for each call to GitHub.
+    pub timeout_secs: u64,
+}
+
+impl GitHubConfig {
+    /// The GitHub host shown to people ("github.com").
+    pub fn display_host(&self) -> String {
+        self.authorize_url.host_str().unwrap_or("GitHub").to_owned()
+    }
+}
+
+/// Where the embedded store lives.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// sled directory.
+    pub path: PathBuf,
+}
+
+/// Keys, each used for exactly one purpose.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    /// MAC of the browser-bound flow ("consent") cookie.
+    pub consent_cookie: Key,
+    /// MAC of CSRF tokens in forms.
+    pub csrf: Key,
+    /// AEAD for stored GitHub tokens.
+    pub token_encryption: Key,
+}
+
+impl Keys {
+    /// Fresh random keys.
+    pub fn generate() -> Result<Keys, crypto::CryptoError> {
+        Ok(Keys {
+            consent_cookie: Key::generate()?,
+            csrf: Key::generate()?,
+            token_encryption: Key::generate()?,
+        })
+    }
+
+    fn all_distinct(&self) -> bool {
+        let set: BTreeSet<&[u8; 32]> = [
+            self.consent_cookie.secret(),
+            self.csrf.secret(),
+            self.token_encryption.secret(),
+        ]
+        .into_iter()
+        .collect();
+        set.len() == 3
+    }
+
+    /// Loads keys generated earlier in the store directory, or generates and saves them
+    /// (owner-only permissions) so a single node needs no key management.
+    pub fn load_or_generate(dir: &Path) -> Result<Keys, String> {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let path = dir.join("keys.toml");
+        if path.exists() {
+            let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if meta.permissions().mode() & 0o077 != 0 {
+                return Err(format!(
+                    "{}: key file must be readable by its owner only (chmod 600)",
+                    path.display()
+                ));
+            }
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let raw: RawKeys =
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut errs = Vec::new();
+            let keys = resolve_keys(&raw, &std::collections::HashMap::new(), &mut errs);
+            return match keys {
+                Some(k) if errs.is_empty() => Ok(k),
+                _ => Err(format!("{}: {}", path.display(), errs.join("; "))),
+            };
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let keys = Keys::generate().map_err(|e| e.to_string())?;
+        let text = format!(
+            "# Generated by mcp-oauth-proxy. Keep secret; several replicas must share keys from [keys] in the config instead.\nconsent_cookie = \"{}\"\ncsrf = \"{}\"\ntoken_encryption = \"{}\"\n",
+            crypto::b64(keys.consent_cookie.secret()),
+            crypto::b64(keys.csrf.secret()),
+            crypto::b64(keys.token_encryption.secret()),
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(keys)
+    }
+}
+
+/// Client-facing token lifetimes, independent of GitHub's.
+#[derive(Debug, Clone)]
+pub struct TokenPolicy {
+    /// Access token lifetime.
+    pub access_token_ttl_secs: u64,
+    /// A refresh token family dies after this long without use.
+    pub refresh_idle_ttl_secs: u64,
+    /// ... and after this long regardless.
+    pub refresh_max_lifetime_secs: u64,
+    /// How long the immediately previous refresh token is still honoured after a rotation.
+    pub refresh_grace_secs: u64,
+    /// Authorization code lifetime.
+    pub code_ttl_secs: u64,
+}
+
+impl Default for TokenPolicy {
+    fn default() -> Self {
+        TokenPolicy {
+            access_token_ttl_secs: 3600,
+            refresh_idle_ttl_secs: 30 * 86_400,
+            refresh_max_lifetime_secs: 90 * 86_400,
+            refresh_grace_secs: 30,
+            code_ttl_secs: 60,
+        }
+    }
+}
+
+/// Browser session policy.
+#[derive(Debug, Clone)]
+pub struct SessionPolicy {
+    /// A proxy sign-in lasts this long.
+    pub max_age_secs: u64,
+    /// The consent page may be skipped only if the sign-in is at most this old.
+    pub consent_skip_max_age_secs: u64,
+}
+
+impl Default for SessionPolicy {
+    fn default() -> Self {
+        SessionPolicy {
+            max_age_secs: 12 * 3600,
+            consent_skip_max_age_secs: 3600,
+        }
+    }
+}
+
+fn resolve_secret(
+    name: &str,
+    inline: Option<&String>,
+    file: Option<&PathBuf>,
+    env_name: Option<&String>,
+    env: &dyn Env,
+    errs: &mut Vec<String>,
+) -> Option<String> {
+    let given = [inline.is_some(), file.is_some(), env_name.is_some()]
+        .iter()
+        .filter(|b| **b)
+        .count();
+    if given > 1 {
+        errs.push(format!(
+            "{name}: give only one of {name}, {name}_file, {name}_env"
+        ));
+        return None;
+    }
+    if let Some(v) = inline {
+        return Some(v.clone());
+    }
+    if let Some(p) = file {
+        return match std::fs::read_to_string(p) {
+            Ok(s) => Some(s.trim_end_matches(['\n', '\r']).to_owned()),
+            Err(e) => {
+                errs.push(format!("{name}_file: {}: {e}", p.display()));
+                None
+            }
+        };
+    }
+    if let Some(var) = env_name {
+        return match env.var(var) {
+            Some(v) => Some(v),
+            None => {
+                errs.push(format!("{name}_env: environment variable {var} is not set"));
+                None
+            }
+        };
+    }
+    None
+}
+
+fn resolve_key(
+    name: &str,
+    inline: Option<&String>,
+    file: Option<&PathBuf>,
+    env_name: Option<&String>,
+    env: &dyn Env,
+    errs: &mut Vec<String>,
+) -> Option<Key> {
+    let text = resolve_secret(name, inline, file, env_name, env, errs)?;
+    match crypto::b64_decode(&text).and_then(|b| Key::from_slice(&b).ok()) {
+        Some(k) => Some(k),
+        None => {
+            errs.push(format!("keys.{name}: must be 32 bytes, base64-encoded"));
+            None
+        }
+    }
+}
+
+fn resolve_keys(raw: &RawKeys, env: &dyn Env, errs: &mut Vec<String>) -> Option<Keys> {
+    let c = resolve_key(
+        "consent_cookie",
+        raw.consent_cookie.as_ref(),
+        raw.consent_cookie_file.as_ref(),
+        raw.consent_cookie_env.as_ref(),
+        env,
+        errs,
+    );
+    let s = resolve_key(
+        "csrf",
+        raw.csrf.as_ref(),
+        raw.csrf_file.as_ref(),
+        raw.csrf_env.as_ref(),
+        env,
+        errs,
+    );
+    let t = resolve_key(
+        "token_encryption",
+        raw.token_encryption.as_ref(),
+        raw.token_encryption_file.as_ref(),
+        raw.token_encryption_env.as_ref(),
+        env,
+        errs,
+    );
+    match (c, s, t) {
+        (Some(consent_cookie), Some(csrf), Some(token_encryption)) => {
+            let keys = Keys {
+                consent_cookie,
+                csrf,
+                token_encryption,
+            };
+            if keys.all_distinct() {
+                Some(keys)
+            } else {
+                errs.push("keys: each key must be different (one key, one purpose)".to_owned());
+                None
+            }
+        }
+        _ => {
+            errs.push(
+                "keys: give all of consent_cookie, csrf and token_encryption, or omit [keys] to generate them in the store directory".to_owned(),
+            );
+            None
+        }
+    }
+}
+
+fn parse_url(name: &str, s: &str, errs: &mut Vec<String>) -> Option<Url> {
+    match Url::parse(s) {
+        Ok(u) if u.scheme() == "https" => Some(u),
+        Ok(u) if u.scheme() == "http" && is_loopback_host(u.host_str().unwrap_or_default()) => {
+            Some(u)
+        }
+        Ok(_) => {
+            errs.push(format!("{name}: must be https (http only on loopback)"));
+            None
+        }
+        Err(e) => {
+            errs.push(format!("{name}: {e}"));
+            None
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a TOML document.
+    pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string()]))?;
+        let mut errs = Vec::new();
+
+        let server = raw.server.as_ref();
+        if server.is_none() {
+            errs.push("[server] is missing (public_url is required)".to_owned());
+        }
+        let public_url = server.and_then(|s| match PublicUrl::parse(&s.public_url) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                errs.push(e);
+                None
+            }
+        });
+        let listen = server.and_then(|s| match s.listen.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                errs.push(format!("server.listen: {e}"));
+                None
+            }
+        });
+
+        let github = match raw.github.as_ref() {
+            None => {
+                errs.push(
+                    "[github] is missing (client_id and client_secret are required)".to_owned(),
+                );
+                None
+            }
+            Some(g) => {
+                if g.client_id.trim().is_empty() {
+                    errs.push("github.client_id: must not be empty".to_owned());
+                }
+                let secret = resolve_secret(
+                    "client_secret",
+                    g.client_secret.as_ref(),
+                    g.client_secret_file.as_ref(),
+                    g.client_secret_env.as_ref(),
+                    env,
+                    &mut errs,
+                );
+                if secret.is_none()
+                    && g.client_secret.is_none()
+                    && g.client_secret_file.is_none()
+                    && g.client_secret_env.is_none()
+                {
+                    errs.push("github.client_secret: required (or client_secret_file / client_secret_env)".to_owned());
+                }
+                if g.scopes
+                    .iter()
+                    .any(|s| s.is_empty() || s.contains([' ', ',']))
+                {
+                    errs.push(
+                        "github.scopes: each scope is one word without spaces or commas".to_owned(),
+                    );
+                }
+                if g.timeout_secs == 0 || g.timeout_secs > 120 {
+                    errs.push("github.timeout_secs: must be between 1 and 120".to_owned());
+                }
+                let a = parse_url("github.authorize_url", &g.authorize_url, &mut errs);
+                let t = parse_url("github.token_url", &g.token_url, &mut errs);
+                let api = parse_url("github.api_url", &g.api_url, &mut errs);
+                match (secret, a, t, api) {
+                    (Some(secret), Some(authorize_url), Some(token_url), Some(api_url)) => {
+                        Some(GitHubConfig {
+                            client_id: g.client_id.clone(),
+                            client_secret: std::sync::Arc::new(ClientSecret::new(secret)),
+                            scopes: g.scopes.clone(),
+                            authorize_url,
+                            token_url,
+                            api_url,
+                            timeout_secs: g.timeout_secs,
+                        })
+                    }
+                    _ => None,
+                }
+            }
+        };
+
+        let store = match &raw.store.path {
+            Some(p) => Some(StoreConfig { path: p.clone() }),
+            None => {
+                errs.push("store.path: required (the sled directory)".to_owned());
+                None
+            }
+        };
+
+        let keys = raw
+            .keys
+            .as_ref()
+            .and_then(|k| resolve_keys(k, env, &mut errs));
+
+        let t = &raw.tokens;
+        let tokens = TokenPolicy {
+            access_token_ttl_secs: t.access_token_ttl_secs,
+            refresh_idle_ttl_secs: t.refresh_token_idle_ttl_secs,
+            refresh_max_lifetime_secs: t.refresh_token_max_lifetime_secs,
+            refresh_grace_secs: t.refresh_grace_secs,
+            code_ttl_secs: t.code_ttl_secs,
+        };
+        if tokens.access_token_ttl_secs < 60 || tokens.access_token_ttl_secs > 7 * 86_400 {
+            errs.push("tokens.access_token_ttl_secs: between 60 and 604800".to_owned());
+        }
+        if tokens.code_ttl_secs < 10 || tokens.code_ttl_secs > 600 {
+            errs.push("tokens.code_ttl_secs: between 10 and 600 (OAuth 2.1 recommends at most 10 minutes)".to_owned());
+        }
+        if tokens.refresh_grace_secs > 300 {
+            errs.push("tokens.refresh_grace_secs: at most 300".to_owned());
+        }
+        if tokens.refresh_idle_ttl_secs > tokens.refresh_max_lifetime_secs {
+            errs.push("tokens.refresh_token_idle_ttl_secs: must not exceed refresh_token_max_lifetime_secs".to_owned());
+        }
+        let s = &raw.session;
+        let session = SessionPolicy {
+            max_age_secs: s.max_age_secs,
+            consent_skip_max_age_secs: s.consent_skip_max_age_secs,
+        };
+        if session.max_age_secs < 300 {
+            errs.push("session.max_age_secs: at least 300".to_owned());
+        }
+        if session.consent_skip_max_age_secs > session.max_age_secs {
+            errs.push("session.consent_skip_max_age_secs: must not exceed max_age_secs".to_owned());
+        }
+
+        match (public_url, listen, github, store) {
+            (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
+                Ok(Config {
+                    resource_name: server
+                        .and_then(|s| s.resource_name.clone())
+                        .unwrap_or_else(|| "GitHub tools via mcp-oauth-proxy".to_owned()),
+                    public_url,
+                    listen,
+                    github,
+                    store,
+                    keys,
+                    tokens,
+                    session,
+                })
+            }
+            _ => Err(ConfigError(errs)),
+        }
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(vec![format!("{}: {e}", path.display())]))?;
+        Config::from_toml(&text, env)
+    }
+
+    /// The GitHub callback URL registered at GitHub.
+    pub fn github_callback_url(&self) -> String {
+        self.public_url.join("/callback/github")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const MINIMAL: &str = r#"
+[server]
+public_url = "https://mcp.example.com/"
+[github]
+client_id = "Iv1.abc"
+client_secret = "s3cret"
+[store]
+path = "/tmp/x"
+"#;
+
+    #[test]
+    fn minimal_config_gets_defaults_and_one_issuer_spelling() {
+        let c = Config::from_toml(MINIMAL, &HashMap::new()).unwrap();
+        assert_eq!(c.public_url.issuer(), "https://mcp.example.com");
+        assert_eq!(c.public_url.mcp_resource(), "https://mcp.example.com/mcp");
+        assert_eq!(c.github.scopes, vec!["read:user"]);
+        assert_eq!(
+            c.github.token_url.as_str(),
+            "https://github.com/login/oauth/access_token"
+        );
+        assert!(c.keys.is_none());
+    }
+
+    #[test]
+    fn http_public_url_is_refused_unless_loopback() {
+        let bad = MINIMAL.replace("https://mcp.example.com/", "http://mcp.example.com");
+        let e = Config::from_toml(&bad, &HashMap::new()).unwrap_err();
+        assert!(e.to_string().contains("loopback"), "{e}");
+        let ok = MINIMAL.replace("https://mcp.example.com/", "http://127.0.0.1:8080");
+        Config::from_toml(&ok, &HashMap::new()).unwrap();
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once() {
+        let text = r#"
+[server]
+public_url = "ftp://x"
+listen = "nonsense"
+[github]
+client_id = ""
+client_secret_env = "MISSING_VAR"
+[tokens]
+code_ttl_secs = 5
+"#;
+        let e = Config::from_toml(text, &HashMap::new()).unwrap_err();
+        let all = e.0.join("\n");
+        for needle in [
+            "public_url",
+            "listen",
+            "client_id",
+            "MISSING_VAR",
+            "store.path",
+            "code_ttl_secs",
+        ] {
+            assert!(all.contains(needle), "missing {needle} in {all}");
+        }
+    }
+
+    #[test]
+    fn secrets_come_from_env_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("secret");
+        std::fs::write(&f, "from-file\n").unwrap();
+        let text = MINIMAL.replace(
+            "client_secret = \"s3cret\"",
+            &format!("client_secret_file = \"{}\"", f.display()),
+        );
+        let c = Config::from_toml(&text, &HashMap::new()).unwrap();
+        assert_eq!(c.github.client_secret.secret(), "from-file");
+
+        let k = |b: u8| crypto::b64(&[b; 32]);
+        let env: HashMap<String, String> = [("CK".to_owned(), k(1))].into_iter().collect();
+        let text = format!(
+            "{MINIMAL}\n[keys]\nconsent_cookie_env = \"CK\"\ncsrf = \"{}\"\ntoken_encryption = \"{}\"\n",
+            k(2),
+            k(3)
+        );
+        let c = Config::from_toml(&text, &env).unwrap();
+        assert_eq!(c.keys.unwrap().consent_cookie.secret(), &[1u8; 32]);
+    }
+
+    #[test]
+    fn one_key_for_two_purposes_is_refused() {
+        let k = crypto::b64(&[7u8; 32]);
+        let text = format!(
+            "{MINIMAL}\n[keys]\nconsent_cookie = \"{k}\"\ncsrf = \"{k}\"\ntoken_encryption = \"{k}\"\n"
+        );
+        let e = Config::from_toml(&text, &HashMap::new()).unwrap_err();
+        assert!(e.to_string().contains("one key, one purpose"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let text = format!("{MINIMAL}\n[session]\nmax_age = 5\n");
+        assert!(Config::from_toml(&text, &HashMap::new()).is_err());
+    }
+
+    #[test]
+    fn generated_keys_are_owner_only_and_reloaded() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let a = Keys::load_or_generate(dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join("keys.toml"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = Keys::load_or_generate(dir.path()).unwrap();
+        assert_eq!(a.csrf.secret(), b.csrf.secret());
+    }
+}

@@ -1,0 +1,75 @@
+//! `mcp-oauth-proxy demo`: the embedded default, offline. A fake GitHub (test users alice,
+//! mallory and bob), the proxy with sled in a temporary directory and generated keys, all on
+//! loopback.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use fake_github::{FakeGitHub, FakeGitHubConfig};
+
+use crate::clock::SystemClock;
+use crate::config::{Config, Env};
+use crate::run::{self, StartError};
+
+/// Demo settings.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Where the proxy listens.
+    pub listen: SocketAddr,
+}
+
+struct NoEnv;
+impl Env for NoEnv {
+    fn var(&self, _: &str) -> Option<String> {
+        None
+    }
+}
+
+/// Runs the demo until Ctrl-C.
+pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
+    crate::install_crypto_provider();
+    let dir = tempfile::tempdir().map_err(|e| StartError::Keys(e.to_string()))?;
+    let public_url = format!("http://{}", opts.listen);
+    let client_id = "demo-client-id";
+    let client_secret = "demo-client-secret";
+    let github = FakeGitHub::start(FakeGitHubConfig::demo(
+        client_id,
+        client_secret,
+        format!("{public_url}/callback/github"),
+    ))
+    .await
+    .map_err(|e| StartError::GitHub(e.to_string()))?;
+    let toml = format!(
+        r#"
+[server]
+public_url = "{public_url}"
+listen = "{listen}"
+resource_name = "mcp-oauth-proxy demo"
+[github]
+client_id = "{client_id}"
+client_secret = "{client_secret}"
+scopes = ["read:user", "repo"]
+authorize_url = "{authorize}"
+token_url = "{token}"
+api_url = "{api}"
+[store]
+path = "{store}"
+"#,
+        listen = opts.listen,
+        authorize = github.authorize_url(),
+        token = github.token_url(),
+        api = github.api_url(),
+        store = dir.path().join("store").display(),
+    );
+    let config = Config::from_toml(&toml, &NoEnv).map_err(|e| StartError::Keys(e.to_string()))?;
+    let app = run::prepare(config, Arc::new(SystemClock))?;
+    println!(
+        "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice, mallory or bob. Press Ctrl-C to stop.\n",
+        gh = github.base_url(),
+        store = dir.path().display(),
+    );
+    let result = run::serve_on(opts.listen, app, run::shutdown_signal()).await;
+    github.shutdown().await;
+    drop(dir);
+    result
+}

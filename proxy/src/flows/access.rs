@@ -1,0 +1,50 @@
+//! Checking an access token presented to this server's resource: a local lookup (no GitHub
+//! call), then expiry, revocation (through its family) and audience.
+
+use crate::app::App;
+use crate::bindings::audience::{self, AudienceRejection, Audienced};
+use crate::ids::AccessToken;
+use crate::oauth::grant;
+use crate::store::records::{AccessTokenRecord, FamilyRecord};
+use crate::store::{Keyspace, StoreError, StoreExt};
+
+/// Why a token was refused (all map to 401 `invalid_token`; the reason goes to audit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRejection {
+    /// Not a token this server issued (or expired and swept; expiry reads as absence).
+    Unknown,
+    /// Its family was revoked.
+    Revoked,
+    /// Issued for another resource.
+    WrongAudience,
+}
+
+/// Validates a bearer token for this server's MCP resource.
+pub async fn authenticate(
+    app: &App,
+    bearer: &str,
+) -> Result<Result<Audienced<AccessTokenRecord>, TokenRejection>, StoreError> {
+    if !bearer.starts_with(grant::ACCESS_PREFIX) {
+        return Ok(Err(TokenRejection::Unknown));
+    }
+    let token = AccessToken::new(bearer);
+    let Some(rec) = app
+        .store
+        .get_json::<AccessTokenRecord>(Keyspace::AccessTokens, &token.hash())
+        .await?
+    else {
+        return Ok(Err(TokenRejection::Unknown));
+    };
+    if rec.expires_at <= app.clock.now() {
+        return Ok(Err(TokenRejection::Unknown));
+    }
+    let fam: Option<FamilyRecord> = app
+        .store
+        .get_json(Keyspace::RefreshFamilies, rec.family_id.as_str())
+        .await?;
+    if fam.is_none_or(|f| f.revoked) {
+        return Ok(Err(TokenRejection::Revoked));
+    }
+    Ok(audience::audienced(rec, &app.resource())
+        .map_err(|AudienceRejection| TokenRejection::WrongAudience))
+}

@@ -1,0 +1,168 @@
+//! The account page: a signed-in person sees which clients they approved and revokes any of
+//! them (consents forgotten, that client's tokens dead at once). Without a session, the page
+//! starts a sign-in through GitHub that returns here.
+
+use consent_ui::{AccountPage, ConsentRow};
+
+use super::{FlowError, pages, token};
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::{browser_state, consent_registry};
+use crate::clock::ago;
+use crate::crypto;
+use crate::csrf;
+use crate::ids::ClientId;
+use crate::oauth::request::Params;
+use crate::session::{self, Session};
+use crate::store::records::{ClientRecord, FlowPurpose, ReturnTo};
+use crate::store::{Keyspace, StoreExt};
+
+/// What `/account` answers.
+#[derive(Debug)]
+pub enum AccountOutcome {
+    /// The page.
+    Page(Box<AccountPage>),
+    /// Go sign in at GitHub first.
+    SignIn {
+        /// GitHub authorize URL.
+        url: String,
+        /// Flow cookie.
+        set_cookie: String,
+    },
+}
+
+/// Notices the page can show (chosen by a fixed key, never text from input).
+fn notice_text(key: Option<&str>) -> Option<String> {
+    match key {
+        Some("revoked") => Some("Access was revoked. That application's tokens no longer work, and it will have to ask for your consent again.".to_owned()),
+        _ => None,
+    }
+}
+
+/// Starts a plain sign-in that returns to `return_to`.
+pub async fn start_sign_in(app: &App, return_to: ReturnTo) -> Result<AccountOutcome, FlowError> {
+    let flow_id = crypto::random_token()?;
+    let started = browser_state::begin(
+        app.store.as_ref(),
+        &app.keys.consent_cookie,
+        app.clock.now(),
+        flow_id,
+        FlowPurpose::SignIn { return_to },
+    )
+    .await?;
+    Ok(AccountOutcome::SignIn {
+        url: app
+            .github
+            .authorize_url(&started.state, &started.code_challenge, None),
+        set_cookie: started.set_cookie,
+    })
+}
+
+/// `GET /account`.
+pub async fn show(
+    app: &App,
+    session_cookie: Option<&str>,
+    notice: Option<&str>,
+) -> Result<AccountOutcome, FlowError> {
+    let Some(s) = session::current(app.store.as_ref(), session_cookie).await? else {
+        return start_sign_in(app, ReturnTo::Account).await;
+    };
+    let now = app.clock.now();
+    let mut rows = Vec::new();
+    for c in consent_registry::list(app.store.as_ref(), &s.record.user_id).await? {
+        let client: Option<ClientRecord> = app
+            .store
+            .get_json(Keyspace::Clients, c.client_id.as_str())
+            .await?;
+        let host = url::Url::parse(&c.redirect_uri)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_else(|| c.redirect_uri.clone());
+        rows.push(ConsentRow {
+            client_name: client
+                .as_ref()
+                .map_or_else(|| "Deleted client".to_owned(), ClientRecord::display_name),
+            client_verified: false,
+            client_id: c.client_id.as_str().to_owned(),
+            redirect_host: host,
+            redirect_uri: c.redirect_uri.clone(),
+            scopes: c.scopes.iter().collect::<Vec<_>>().join(", "),
+            approved: format!("approved {}", ago(now, c.granted_at)),
+            last_used: c.last_used_at.map_or_else(
+                || "never used".to_owned(),
+                |t| format!("last used {}", ago(now, t)),
+            ),
+        });
+    }
+    Ok(AccountOutcome::Page(Box::new(AccountPage {
+        login: s.record.login.as_str().to_owned(),
+        consents: rows,
+        csrf: csrf::token(&app.keys.csrf, "account", &s.token_hash),
+        revoke_action: "/account/revoke".to_owned(),
+        sign_out_action: "/account/sign-out".to_owned(),
+        notice: notice_text(notice),
+    })))
+}
+
+/// A form POST from the account page.
+#[derive(Debug)]
+pub struct AccountForm<'a> {
+    /// Session cookie.
+    pub session_cookie: Option<&'a str>,
+    /// Form body.
+    pub body: &'a str,
+    /// `Sec-Fetch-Site`.
+    pub sec_fetch_site: Option<&'a str>,
+    /// `Origin`.
+    pub origin: Option<&'a str>,
+}
+
+async fn checked_session(
+    app: &App,
+    form: &AccountForm<'_>,
+) -> Result<(Session, Params), FlowError> {
+    if !csrf::same_origin(
+        form.sec_fetch_site,
+        form.origin,
+        &app.config.public_url.origin(),
+    ) {
+        return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+    }
+    let s = session::current(app.store.as_ref(), form.session_cookie)
+        .await?
+        .ok_or(FlowError::Page(pages::FORBIDDEN_FORM))?;
+    let p = Params::parse(form.body).map_err(|_| FlowError::Page(pages::BAD_REQUEST))?;
+    if !csrf::verify(&app.keys.csrf, "account", &s.token_hash, p.get("csrf")) {
+        return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+    }
+    Ok((s, p))
+}
+
+/// `POST /account/revoke`: forget the consents and kill the tokens of one client. Returns the
+/// path to redirect to (303).
+pub async fn revoke(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
+    let (s, p) = checked_session(app, &form).await?;
+    let client_id = ClientId::new(
+        p.get("client_id")
+            .ok_or(FlowError::Page(pages::BAD_REQUEST))?,
+    );
+    let user = &s.record.user_id;
+    // Consent first, so nothing new can be authorized; then every family. A code issued just
+    // before is refused at redemption because its consent is gone.
+    consent_registry::revoke_client(app.store.as_ref(), user, &client_id).await?;
+    let families = token::revoke_user_client(app, user, &client_id).await?;
+    app.audit
+        .record(AuditEvent::ClientAccessRevoked {
+            user_id: user.clone(),
+            client_id,
+            families,
+        })
+        .await?;
+    Ok("/account?notice=revoked")
+}
+
+/// `POST /account/sign-out`: ends the session; returns the clearing cookie.
+pub async fn sign_out(app: &App, form: AccountForm<'_>) -> Result<String, FlowError> {
+    let (s, _) = checked_session(app, &form).await?;
+    Ok(session::end(app.store.as_ref(), &s).await?)
+}

@@ -1,0 +1,247 @@
+//! `/authorize`: validate the client and redirect URI first (errors before that are pages,
+//! never redirects), then the rest of the request (errors go back to the client with `iss`),
+//! store the transaction server-side, and either issue a code at once (remembered consent,
+//! fresh sign-in, not cross-site, working GitHub grant) or show the consent page.
+
+use consent_ui::{ConsentPage, ScopeView, WarningView};
+
+use super::codes::{self, Presence};
+use super::{FlowError, pages};
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::issuer::{self, Response};
+use crate::bindings::redirect::{self, RedirectMatched};
+use crate::bindings::{audience, consent_registry};
+use crate::clock::ago;
+use crate::crypto;
+use crate::csrf;
+use crate::github::grants::GrantStatus;
+use crate::ids::{ClientId, TxnId};
+use crate::oauth::error::ErrorCode;
+use crate::oauth::pkce::CodeChallenge;
+use crate::oauth::request::AuthorizeQuery;
+use crate::oauth::scope::ScopeSet;
+use crate::session;
+use crate::store::records::{ClientRecord, TxnRecord};
+use crate::store::{Keyspace, StoreExt};
+
+/// How long a person has to decide on the consent page.
+pub const TXN_TTL_SECS: u64 = 600;
+/// A client registered less recently than this gets a warning.
+const NEW_CLIENT_SECS: u64 = 600;
+
+/// What the browser sees next.
+#[derive(Debug)]
+pub enum AuthorizeOutcome {
+    /// The consent page.
+    Consent(Box<ConsentPage>),
+    /// A redirect back to the client (code or error).
+    Redirect(String),
+}
+
+/// The parts of the request the flow needs.
+#[derive(Debug)]
+pub struct AuthorizeInput<'a> {
+    /// Raw query string.
+    pub raw_query: &'a str,
+    /// Session cookie value.
+    pub session_cookie: Option<String>,
+    /// `Sec-Fetch-Site`.
+    pub sec_fetch_site: Option<String>,
+}
+
+/// Runs `/authorize`.
+pub async fn authorize(
+    app: &App,
+    input: AuthorizeInput<'_>,
+) -> Result<AuthorizeOutcome, FlowError> {
+    let q =
+        AuthorizeQuery::parse(input.raw_query).map_err(|_| FlowError::Page(pages::BAD_REQUEST))?;
+
+    // 1. Client and redirect URI. Until both are verified nothing redirects.
+    let client_id = ClientId::new(
+        q.client_id
+            .clone()
+            .ok_or(FlowError::Page(pages::UNKNOWN_CLIENT))?,
+    );
+    let client: ClientRecord = app
+        .store
+        .get_json(Keyspace::Clients, client_id.as_str())
+        .await?
+        .ok_or(FlowError::Page(pages::UNKNOWN_CLIENT))?;
+    let redirect = redirect::match_redirect(
+        &client.client_id,
+        &client.redirect_uris,
+        q.redirect_uri.as_deref(),
+    )
+    .map_err(|_| FlowError::Page(pages::BAD_REDIRECT))?;
+
+    // 2. Everything else; errors now go back to the verified redirect URI.
+    let state = q.state.as_deref();
+    let fail = |code: ErrorCode, description: &'static str| {
+        FlowError::ClientRedirect(issuer::client_redirect(
+            &redirect,
+            app.issuer(),
+            Response::Error(code, description),
+            state,
+        ))
+    };
+    match q.response_type.as_deref() {
+        Some("code") => {}
+        Some(_) => {
+            return Err(fail(
+                ErrorCode::UnsupportedResponseType,
+                "only response_type=code is supported",
+            ));
+        }
+        None => return Err(fail(ErrorCode::InvalidRequest, "response_type is required")),
+    }
+    let challenge = CodeChallenge::parse(
+        q.code_challenge.as_deref(),
+        q.code_challenge_method.as_deref(),
+    )
+    .map_err(|e| fail(e.code, e.description))?;
+    let resource = app.resource();
+    let audience = audience::check_resource(q.resource.as_deref(), &resource)
+        .map_err(|e| fail(e.code, e.description))?;
+    let allowed = client
+        .scope
+        .clone()
+        .unwrap_or_else(|| app.offered_scopes.clone());
+    let scopes = ScopeSet::requested(q.scope.as_deref(), &allowed)
+        .map_err(|e| fail(e.code, e.description))?;
+
+    let now = app.clock.now();
+
+    // 3. Skip the page only with a fresh sign-in, a covering consent, a navigation that is not
+    //    cross-site, and a GitHub grant that still works.
+    let session = session::current(app.store.as_ref(), input.session_cookie.as_deref()).await?;
+    if let Some(s) = &session
+        && let Some(fresh) =
+            s.fresh_for_consent_skip(now, &app.config.session, input.sec_fetch_site.as_deref())
+    {
+        let usable = app.grants.status(&fresh.user_id).await? == GrantStatus::Usable;
+        let consent =
+            consent_registry::lookup(app.store.as_ref(), &fresh.user_id, &redirect, &scopes)
+                .await?;
+        if let (true, Some(consent)) = (usable, consent) {
+            let url = codes::issue_code(
+                app,
+                consent,
+                Presence::Session(fresh),
+                challenge,
+                audience,
+                state,
+            )
+            .await?;
+            return Ok(AuthorizeOutcome::Redirect(url));
+        }
+    }
+
+    // 4. Remember the request server-side and show the consent page.
+    let txn_id = TxnId::new(crypto::random_token()?);
+    let txn = TxnRecord {
+        client_id: client.client_id.clone(),
+        redirect_uri: redirect.uri().to_owned(),
+        registered_redirect: redirect.registered().to_owned(),
+        code_challenge: challenge,
+        resource: audience.as_str().to_owned(),
+        scopes: scopes.clone(),
+        client_state: q.state.clone(),
+        created_at: now,
+    };
+    app.store
+        .put_json(
+            Keyspace::Transactions,
+            txn_id.as_str(),
+            &txn,
+            Some(now.plus(TXN_TTL_SECS)),
+        )
+        .await?;
+
+    let warnings = warnings(app, &client, &redirect).await?;
+    app.audit
+        .record(AuditEvent::ConsentShown {
+            client_id: client.client_id.clone(),
+            redirect_host: redirect.host(),
+            warnings: warnings.iter().map(|w| w.title.clone()).collect(),
+        })
+        .await?;
+    let page = ConsentPage {
+        client_name: client.display_name(),
+        client_verified: false,
+        client_id: client.client_id.as_str().to_owned(),
+        client_id_host: None,
+        redirect_uri: redirect.uri().to_owned(),
+        redirect_host: redirect.host(),
+        registered_ago: format!("registered {}", ago(now, client.registered_at)),
+        scopes: scopes.iter().map(scope_view).collect(),
+        warnings,
+        signed_in_as: session.map(|s| format!("@{}", s.record.login)),
+        github_host: app.github.display_host(),
+        form_action: "/consent".to_owned(),
+        csrf: csrf::token(&app.keys.csrf, "consent", txn_id.as_str()),
+        txn: txn_id.as_str().to_owned(),
+    };
+    Ok(AuthorizeOutcome::Consent(Box::new(page)))
+}
+
+async fn warnings(
+    app: &App,
+    client: &ClientRecord,
+    redirect: &RedirectMatched,
+) -> Result<Vec<WarningView>, FlowError> {
+    let now = app.clock.now();
+    let mut out = Vec::new();
+    if now.since(client.registered_at) < NEW_CLIENT_SECS {
+        out.push(WarningView {
+            title: "This application was registered moments ago".to_owned(),
+            detail: format!(
+                "It was registered {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
+                ago(now, client.registered_at)
+            ),
+        });
+    }
+    if redirect.is_loopback() {
+        out.push(WarningView {
+            title: "A program on this computer will receive access".to_owned(),
+            detail: format!(
+                "Your authorization goes to {} on this computer. Approve only if you just started this application yourself.",
+                redirect.host()
+            ),
+        });
+    } else if app
+        .store
+        .get(Keyspace::SeenRedirectHosts, &redirect.host())
+        .await?
+        .is_none()
+    {
+        out.push(WarningView {
+            title: "This destination is new to this server".to_owned(),
+            detail: format!(
+                "No one has approved an application that sends access to {} before. Check that you recognise it.",
+                redirect.host()
+            ),
+        });
+    }
+    Ok(out)
+}
+
+fn scope_view(scope: &str) -> ScopeView {
+    let description = match scope {
+        "read:user" => "Read your GitHub profile",
+        "user:email" => "Read your email addresses",
+        "user" => "Read and update your GitHub profile",
+        "repo" => "Full control of your repositories, including private ones",
+        "public_repo" => "Read and write your public repositories",
+        "read:org" => "Read your organization and team membership",
+        "workflow" => "Update GitHub Actions workflows",
+        "gist" => "Create gists",
+        "notifications" => "Read your notifications",
+        _ => "GitHub permission",
+    };
+    ScopeView {
+        name: scope.to_owned(),
+        description: description.to_owned(),
+    }
+}

@@ -1,0 +1,192 @@
+//! `GET /callback/github`: take the upstream state atomically and check it belongs to this
+//! browser, exchange GitHub's code (with our PKCE verifier), learn who the person is from
+//! `/user`, store their GitHub grant sealed, start a proxy session, and then either record
+//! the consent and issue a code to the MCP client, or finish a plain sign-in.
+
+use super::codes::{self, Presence};
+use super::{FlowError, pages};
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::browser_state::{self, StateError};
+use crate::bindings::issuer::{self, Response};
+use crate::bindings::redirect::RedirectMatched;
+use crate::bindings::{audience, consent_registry};
+use crate::cookies;
+use crate::github::client::{GitHubError, GitHubTokens, GitHubUser};
+use crate::ids::UserId;
+use crate::oauth::error::ErrorCode;
+use crate::oauth::request::Params;
+use crate::session;
+use crate::store::Keyspace;
+use crate::store::records::{FlowPurpose, TxnRecord};
+
+/// A redirect with cookies.
+#[derive(Debug)]
+pub struct CallbackOutcome {
+    /// Where to.
+    pub location: String,
+    /// `Set-Cookie` values.
+    pub set_cookies: Vec<String>,
+}
+
+fn client_error(
+    app: &App,
+    txn: &TxnRecord,
+    code: ErrorCode,
+    description: &'static str,
+) -> FlowError {
+    let redirect = RedirectMatched::from_stored(
+        txn.client_id.clone(),
+        txn.redirect_uri.clone(),
+        txn.registered_redirect.clone(),
+    );
+    FlowError::ClientRedirect(issuer::client_redirect(
+        &redirect,
+        app.issuer(),
+        Response::Error(code, description),
+        txn.client_state.as_deref(),
+    ))
+}
+
+fn github_failure(app: &App, purpose: &FlowPurpose, e: &GitHubError) -> FlowError {
+    tracing::warn!(error = %e, "GitHub sign-in failed");
+    match purpose {
+        FlowPurpose::Authorize { txn, .. } => match e {
+            GitHubError::Unavailable(_) => client_error(
+                app,
+                txn,
+                ErrorCode::TemporarilyUnavailable,
+                "GitHub is unavailable; try again",
+            ),
+            _ => client_error(
+                app,
+                txn,
+                ErrorCode::AccessDenied,
+                "GitHub did not complete the sign-in",
+            ),
+        },
+        FlowPurpose::SignIn { .. } => FlowError::Page(pages::GITHUB_FAILED),
+    }
+}
+
+/// Handles GitHub's redirect back to us.
+pub async fn github_callback(
+    app: &App,
+    raw_query: &str,
+    flow_cookie: Option<&str>,
+) -> Result<CallbackOutcome, FlowError> {
+    let p = Params::parse(raw_query).map_err(|_| FlowError::Page(pages::STATE_REJECTED))?;
+    let now = app.clock.now();
+    let bound = match browser_state::take(
+        app.store.as_ref(),
+        &app.keys.consent_cookie,
+        now,
+        p.get("state"),
+        flow_cookie,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e @ (StateError::Missing | StateError::Unknown | StateError::Cookie(_))) => {
+            app.audit
+                .record(AuditEvent::CallbackRejected {
+                    reason: e.to_string(),
+                })
+                .await?;
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let purpose = bound.get().purpose.clone();
+
+    if p.get("error").is_some() {
+        return Err(match &purpose {
+            FlowPurpose::Authorize { txn, .. } => client_error(
+                app,
+                txn,
+                ErrorCode::AccessDenied,
+                "the sign-in at GitHub was cancelled",
+            ),
+            FlowPurpose::SignIn { .. } => FlowError::Page(pages::SIGN_IN_CANCELLED),
+        });
+    }
+    let code = p
+        .get("code")
+        .ok_or_else(|| github_failure(app, &purpose, &GitHubError::Protocol("no code".into())))?;
+    let tokens: GitHubTokens = app
+        .github
+        .exchange_code(code, &bound.get().pkce_verifier, now)
+        .await
+        .map_err(|e| github_failure(app, &purpose, &e))?;
+    let gh: GitHubUser = app
+        .github
+        .user(&tokens.access_token)
+        .await
+        .map_err(|e| github_failure(app, &purpose, &e))?;
+    let user_id = UserId::github(gh.id);
+    app.grants.save(&user_id, &gh, &tokens).await?;
+    let session_cookie = session::start(
+        app.store.as_ref(),
+        now,
+        &app.config.session,
+        user_id.clone(),
+        gh.login(),
+    )
+    .await?;
+    app.audit
+        .record(AuditEvent::SignedIn {
+            user_id: user_id.clone(),
+            login: gh.login.clone(),
+        })
+        .await?;
+    let set_cookies = vec![session_cookie, cookies::clear(cookies::FLOW_COOKIE)];
+
+    match purpose {
+        FlowPurpose::SignIn { return_to } => Ok(CallbackOutcome {
+            location: return_to.path().to_owned(),
+            set_cookies,
+        }),
+        FlowPurpose::Authorize { txn, .. } => {
+            let redirect = RedirectMatched::from_stored(
+                txn.client_id.clone(),
+                txn.redirect_uri.clone(),
+                txn.registered_redirect.clone(),
+            );
+            let host = redirect.host();
+            let consent = consent_registry::record(
+                app.store.as_ref(),
+                now,
+                &user_id,
+                redirect,
+                txn.scopes.clone(),
+                &bound,
+            )
+            .await?;
+            app.store
+                .put(Keyspace::SeenRedirectHosts, &host, Vec::new(), None)
+                .await?;
+            app.audit
+                .record(AuditEvent::ConsentRecorded {
+                    user_id: user_id.clone(),
+                    client_id: txn.client_id.clone(),
+                    redirect_uri: txn.registered_redirect.clone(),
+                    scopes: txn.scopes.to_wire(),
+                })
+                .await?;
+            let audience = audience::check_resource(Some(&txn.resource), &app.resource())?;
+            let location = codes::issue_code(
+                app,
+                consent,
+                Presence::Callback(Box::new(bound)),
+                txn.code_challenge.clone(),
+                audience,
+                txn.client_state.as_deref(),
+            )
+            .await?;
+            Ok(CallbackOutcome {
+                location,
+                set_cookies,
+            })
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Issuing an authorization code. `issue_code` takes, by value, the proof of every binding
+//! that must hold before a code may exist: the redirect URI matched the registration and the
+//! person consented to this client, redirect and scopes (`ConsentGranted`), the person is
+//! present in this browser (`Presence`), PKCE was validated (`CodeChallenge`) and the
+//! audience is this server's resource (`Audience`). The redirect it returns carries `iss`.
+
+use super::FlowError;
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::audience::Audience;
+use crate::bindings::browser_state::BrowserBound;
+use crate::bindings::consent_registry::{self, ConsentGranted};
+use crate::bindings::issuer::{self, Response};
+use crate::oauth::grant;
+use crate::oauth::pkce::CodeChallenge;
+use crate::session::FreshSession;
+use crate::store::records::{CodeRecord, UpstreamStateRecord};
+use crate::store::{Keyspace, StoreExt};
+
+/// How we know the person is at this browser now.
+#[derive(Debug)]
+pub enum Presence {
+    /// They just came back from GitHub to the browser that approved the consent page.
+    Callback(Box<BrowserBound<UpstreamStateRecord>>),
+    /// A fresh sign-in in this browser, a same-origin or direct navigation, and a remembered
+    /// consent.
+    Session(FreshSession),
+}
+
+/// Stores a single-use code and returns the redirect to the client.
+pub async fn issue_code(
+    app: &App,
+    consent: ConsentGranted,
+    presence: Presence,
+    challenge: CodeChallenge,
+    audience: Audience,
+    client_state: Option<&str>,
+) -> Result<String, FlowError> {
+    let now = app.clock.now();
+    let code = grant::new_code()?;
+    let redirect = consent.redirect().clone();
+    let record = CodeRecord {
+        client_id: redirect.client_id().clone(),
+        redirect_uri: redirect.uri().to_owned(),
+        code_challenge: challenge,
+        resource: audience.as_str().to_owned(),
+        scopes: consent.scopes().clone(),
+        user_id: consent.user_id().clone(),
+        family_id: grant::new_family_id()?,
+        issued_at: now,
+    };
+    app.store
+        .put_json(
+            Keyspace::Codes,
+            &code.hash(),
+            &record,
+            Some(now.plus(app.config.tokens.code_ttl_secs)),
+        )
+        .await?;
+    consent_registry::touch(
+        app.store.as_ref(),
+        now,
+        consent.user_id(),
+        redirect.client_id(),
+    )
+    .await?;
+    app.audit
+        .record(AuditEvent::CodeIssued {
+            user_id: consent.user_id().clone(),
+            client_id: redirect.client_id().clone(),
+            consent_remembered: matches!(presence, Presence::Session(_)),
+        })
+        .await?;
+    Ok(issuer::client_redirect(
+        &redirect,
+        app.issuer(),
+        Response::Code(code.secret()),
+        client_state,
+    ))
+}

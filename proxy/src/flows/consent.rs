@@ -1,0 +1,120 @@
+//! `POST /consent`: the person's decision on the consent page. The form must come from our own
+//! page (same-origin check and a CSRF token bound to the transaction) before the transaction
+//! is taken (single use). Approval creates the browser-bound upstream state and its cookie,
+//! right before the redirect to GitHub; denial returns `access_denied` with `iss`.
+
+use super::{FlowError, pages};
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::browser_state;
+use crate::bindings::issuer::{self, Response};
+use crate::bindings::redirect::RedirectMatched;
+use crate::csrf;
+use crate::ids::TxnId;
+use crate::oauth::error::ErrorCode;
+use crate::oauth::request::Params;
+use crate::store::records::{FlowPurpose, TxnRecord};
+use crate::store::{Keyspace, StoreExt};
+
+/// Where the browser goes next.
+#[derive(Debug)]
+pub enum ConsentOutcome {
+    /// To GitHub, with the flow cookie.
+    ToGitHub {
+        /// GitHub authorize URL.
+        url: String,
+        /// `Set-Cookie` binding this browser to the flow.
+        set_cookie: String,
+    },
+    /// Back to the client (denied).
+    ToClient(String),
+}
+
+/// Request details the decision needs.
+#[derive(Debug)]
+pub struct ConsentInput<'a> {
+    /// Form body.
+    pub body: &'a str,
+    /// `Sec-Fetch-Site`.
+    pub sec_fetch_site: Option<&'a str>,
+    /// `Origin`.
+    pub origin: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Approve,
+    Deny,
+}
+
+/// Handles the decision.
+pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome, FlowError> {
+    if !csrf::same_origin(
+        input.sec_fetch_site,
+        input.origin,
+        &app.config.public_url.origin(),
+    ) {
+        return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+    }
+    let p = Params::parse(input.body).map_err(|_| FlowError::Page(pages::BAD_REQUEST))?;
+    let txn_id = TxnId::new(p.get("txn").ok_or(FlowError::Page(pages::TXN_GONE))?);
+    if !csrf::verify(&app.keys.csrf, "consent", txn_id.as_str(), p.get("csrf")) {
+        return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+    }
+    let decision = match p.get("decision") {
+        Some("approve") => Decision::Approve,
+        Some("deny") => Decision::Deny,
+        _ => return Err(FlowError::Page(pages::BAD_REQUEST)),
+    };
+    let txn: TxnRecord = app
+        .store
+        .take_json(Keyspace::Transactions, txn_id.as_str())
+        .await?
+        .ok_or(FlowError::Page(pages::TXN_GONE))?;
+    let redirect = RedirectMatched::from_stored(
+        txn.client_id.clone(),
+        txn.redirect_uri.clone(),
+        txn.registered_redirect.clone(),
+    );
+
+    match decision {
+        Decision::Deny => {
+            app.audit
+                .record(AuditEvent::ConsentDenied {
+                    client_id: txn.client_id.clone(),
+                })
+                .await?;
+            Ok(ConsentOutcome::ToClient(issuer::client_redirect(
+                &redirect,
+                app.issuer(),
+                Response::Error(ErrorCode::AccessDenied, "the person denied the request"),
+                txn.client_state.as_deref(),
+            )))
+        }
+        Decision::Approve => {
+            let scopes = txn.scopes.to_wire();
+            let client_id = txn.client_id.clone();
+            let now = app.clock.now();
+            let started = browser_state::begin(
+                app.store.as_ref(),
+                &app.keys.consent_cookie,
+                now,
+                txn_id.as_str().to_owned(),
+                FlowPurpose::Authorize {
+                    txn_id: txn_id.clone(),
+                    txn,
+                },
+            )
+            .await?;
+            app.audit
+                .record(AuditEvent::ConsentApproved { client_id, scopes })
+                .await?;
+            Ok(ConsentOutcome::ToGitHub {
+                url: app
+                    .github
+                    .authorize_url(&started.state, &started.code_challenge, None),
+                set_cookie: started.set_cookie,
+            })
+        }
+    }
+}

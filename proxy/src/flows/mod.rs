@@ -1,0 +1,148 @@
+//! Orchestration: each flow reads and writes the store, calls GitHub, and runs the bindings
+//! in order. Handlers call these and only map the outcome; protocol rules live in `oauth`,
+//! security checks in `bindings`.
+
+pub mod access;
+pub mod account;
+pub mod authorize;
+pub mod callback;
+pub mod codes;
+pub mod consent;
+pub mod register;
+pub mod token;
+
+use crate::bindings::browser_state::StateError;
+use crate::crypto::CryptoError;
+use crate::github::client::GitHubError;
+use crate::github::grants::GrantError;
+use crate::oauth::error::OAuthError;
+use crate::session::SessionError;
+use crate::store::StoreError;
+
+/// A page shown to a person instead of a redirect (before client and redirect URI are
+/// verified, or when there is no client to return to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageProblem {
+    /// HTTP status.
+    pub status: u16,
+    /// Title.
+    pub title: &'static str,
+    /// Plain explanation.
+    pub message: &'static str,
+}
+
+/// Everything a flow can fail with. `http::error` maps each variant to exactly one response.
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    /// Show the person a page.
+    #[error("page: {}", .0.title)]
+    Page(PageProblem),
+    /// Send the browser back to the verified client with an error (URL includes `iss`).
+    #[error("error redirect to client")]
+    ClientRedirect(String),
+    /// An OAuth JSON error (token, registration, revocation endpoints).
+    #[error(transparent)]
+    OAuth(#[from] OAuthError),
+    /// Storage failed (our fault).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Randomness or sealing failed (our fault).
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+    /// GitHub failed or refused in a way with no client to tell.
+    #[error(transparent)]
+    GitHub(#[from] GitHubError),
+}
+
+impl From<SessionError> for FlowError {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Store(s) => FlowError::Store(s),
+            SessionError::Crypto(c) => FlowError::Crypto(c),
+        }
+    }
+}
+
+impl From<GrantError> for FlowError {
+    fn from(e: GrantError) -> Self {
+        match e {
+            GrantError::Store(s) => FlowError::Store(s),
+            GrantError::GitHub(g) => FlowError::GitHub(g),
+            GrantError::Missing | GrantError::Broken | GrantError::Crypto => {
+                FlowError::Crypto(CryptoError::Open)
+            }
+        }
+    }
+}
+
+impl From<StateError> for FlowError {
+    fn from(e: StateError) -> Self {
+        match e {
+            StateError::Store(s) => FlowError::Store(s),
+            StateError::Crypto(c) => FlowError::Crypto(c),
+            StateError::Missing | StateError::Unknown | StateError::Cookie(_) => {
+                FlowError::Page(pages::STATE_REJECTED)
+            }
+        }
+    }
+}
+
+/// The pages people may see, in one list so their wording stays consistent.
+pub mod pages {
+    use super::PageProblem;
+
+    /// Unknown client id at /authorize.
+    pub const UNKNOWN_CLIENT: PageProblem = PageProblem {
+        status: 400,
+        title: "Unknown application",
+        message: "The application that sent you here is not registered with this server. Nothing was shared. Go back to the application and try connecting again.",
+    };
+    /// Redirect URI mismatch or missing.
+    pub const BAD_REDIRECT: PageProblem = PageProblem {
+        status: 400,
+        title: "Invalid redirect address",
+        message: "The application asked to send your authorization to an address it did not register. Nothing was shared and you were not redirected.",
+    };
+    /// Malformed /authorize request before the client is known.
+    pub const BAD_REQUEST: PageProblem = PageProblem {
+        status: 400,
+        title: "Invalid request",
+        message: "The authorization request was malformed. Nothing was shared. Go back to the application and try again.",
+    };
+    /// Consent transaction expired or already decided.
+    pub const TXN_GONE: PageProblem = PageProblem {
+        status: 400,
+        title: "This request has expired",
+        message: "This authorization request has expired or was already answered. Nothing was shared. Go back to the application and start again.",
+    };
+    /// CSRF or cross-site form.
+    pub const FORBIDDEN_FORM: PageProblem = PageProblem {
+        status: 403,
+        title: "Request refused",
+        message: "This form was not submitted from this server's own page, so it was refused. Nothing was changed.",
+    };
+    /// State unknown, replayed, expired, or not bound to this browser.
+    pub const STATE_REJECTED: PageProblem = PageProblem {
+        status: 400,
+        title: "Sign-in could not be completed",
+        message: "This sign-in link was not started in this browser, was already used, or has expired. Nothing was shared. If you were trying to connect an application, start again from the application.",
+    };
+    /// GitHub refused or failed during sign-in.
+    pub const GITHUB_FAILED: PageProblem = PageProblem {
+        status: 502,
+        title: "GitHub sign-in failed",
+        message: "GitHub did not complete the sign-in. Nothing was shared. Please try again.",
+    };
+    /// Sign-in cancelled at GitHub.
+    pub const SIGN_IN_CANCELLED: PageProblem = PageProblem {
+        status: 400,
+        title: "Sign-in cancelled",
+        message: "The sign-in at GitHub was cancelled. Nothing was changed.",
+    };
+    /// Not found.
+    pub const NOT_FOUND: PageProblem = PageProblem {
+        status: 404,
+        title: "Not found",
+        message: "There is nothing at this address.",
+    };
+}

@@ -1,0 +1,485 @@
+//! `POST /token` (authorization code, refresh) and `POST /revoke` (RFC 7009).
+//!
+//! A code is checked against its record (client, redirect URI, resource, PKCE) and only then
+//! taken atomically, so a wrong client or verifier changes nothing and two concurrent
+//! redemptions cannot both win. A redeemed code leaves a tombstone: presenting it again
+//! revokes what it produced. Refresh rotation is a compare-and-swap on the family record.
+
+use super::FlowError;
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::audience;
+use crate::bindings::consent_registry;
+use crate::clock::UnixTime;
+use crate::crypto;
+use crate::ids::{ClientId, FamilyId, UserId};
+use crate::oauth::error::{ErrorCode, OAuthError};
+use crate::oauth::grant::{self, RefreshDecision, TokenResponse};
+use crate::oauth::registration::TokenAuthMethod;
+use crate::oauth::request::{ClientAuth, Params, TokenRequest, parse_basic};
+use crate::oauth::scope::ScopeSet;
+use crate::store::records::{
+    AccessTokenRecord, ClientRecord, CodeRecord, FamilyRecord, UsedCodeRecord,
+};
+use crate::store::{Keyspace, StoreExt, Versioned, encode};
+
+const INVALID_CLIENT: OAuthError =
+    OAuthError::new(ErrorCode::InvalidClient, "client authentication failed");
+const INVALID_GRANT: OAuthError = OAuthError::new(
+    ErrorCode::InvalidGrant,
+    "the code or refresh token is invalid, expired, revoked, or was issued to another client",
+);
+/// How long a redeemed code's tombstone is kept for reuse detection.
+const USED_CODE_TTL_SECS: u64 = 600;
+/// Compare-and-swap retries before giving up under contention.
+const CAS_RETRIES: usize = 16;
+
+/// Authenticates the calling client (RFC 6749 §2.3; public clients send only `client_id`).
+pub async fn authenticate_client(
+    app: &App,
+    authorization: Option<&str>,
+    p: &Params,
+) -> Result<ClientRecord, FlowError> {
+    let basic = authorization.map(parse_basic).transpose()?;
+    let auth = ClientAuth::from_request(basic, p)?;
+    let client: ClientRecord = app
+        .store
+        .get_json(Keyspace::Clients, auth.client_id.as_str())
+        .await?
+        .ok_or(INVALID_CLIENT)?;
+    match (client.auth_method, &auth.secret, &client.secret_hash) {
+        (TokenAuthMethod::None, None, _) => Ok(client),
+        (
+            TokenAuthMethod::ClientSecretBasic | TokenAuthMethod::ClientSecretPost,
+            Some(secret),
+            Some(hash),
+        ) if crypto::ct_eq(secret.hash().as_bytes(), hash.as_bytes()) => Ok(client),
+        _ => Err(INVALID_CLIENT.into()),
+    }
+}
+
+/// Handles `/token`.
+pub async fn token(
+    app: &App,
+    authorization: Option<&str>,
+    body: &str,
+) -> Result<TokenResponse, FlowError> {
+    let p = Params::parse(body)?;
+    let client = authenticate_client(app, authorization, &p).await?;
+    match TokenRequest::parse(&p)? {
+        TokenRequest::AuthorizationCode {
+            code,
+            redirect_uri,
+            code_verifier,
+            resource,
+        } => {
+            let hash = code.hash();
+            let Some(rec) = app
+                .store
+                .get_json::<CodeRecord>(Keyspace::Codes, &hash)
+                .await?
+            else {
+                detect_code_reuse(app, &hash).await?;
+                return Err(INVALID_GRANT.into());
+            };
+            if rec.client_id != client.client_id {
+                return Err(INVALID_GRANT.into());
+            }
+            if redirect_uri
+                .as_deref()
+                .is_some_and(|r| r != rec.redirect_uri)
+            {
+                return Err(OAuthError::new(
+                    ErrorCode::InvalidGrant,
+                    "redirect_uri does not match the authorization request",
+                )
+                .into());
+            }
+            audience::recheck(&rec.resource, resource.as_deref())?;
+            rec.code_challenge.verify(code_verifier.as_deref())?;
+            if !consent_registry::exists_for_client(
+                app.store.as_ref(),
+                &rec.user_id,
+                &rec.client_id,
+            )
+            .await?
+            {
+                return Err(INVALID_GRANT.into());
+            }
+            // Every check passed; now consume it. Losing this race means another request won.
+            if app.store.take(Keyspace::Codes, &hash).await?.is_none() {
+                return Err(INVALID_GRANT.into());
+            }
+            let now = app.clock.now();
+            app.store
+                .put_json(
+                    Keyspace::UsedCodes,
+                    &hash,
+                    &UsedCodeRecord {
+                        family_id: rec.family_id.clone(),
+                    },
+                    Some(now.plus(USED_CODE_TTL_SECS)),
+                )
+                .await?;
+            let resp = start_family(app, &rec, &client).await?;
+            app.audit
+                .record(AuditEvent::TokenIssued {
+                    user_id: rec.user_id.clone(),
+                    client_id: client.client_id.clone(),
+                    family_id: rec.family_id.clone(),
+                })
+                .await?;
+            Ok(resp)
+        }
+        TokenRequest::RefreshToken {
+            refresh_token,
+            scope,
+            resource,
+        } => {
+            if !client.grant_types.iter().any(|g| g == "refresh_token") {
+                return Err(OAuthError::new(
+                    ErrorCode::UnauthorizedClient,
+                    "this client did not register the refresh_token grant",
+                )
+                .into());
+            }
+            let family_id = grant::refresh_family(&refresh_token).ok_or(INVALID_GRANT)?;
+            let presented = refresh_token.hash();
+            for _ in 0..CAS_RETRIES {
+                let Some((fam, version)) = app
+                    .store
+                    .get_versioned::<FamilyRecord>(Keyspace::RefreshFamilies, family_id.as_str())
+                    .await?
+                else {
+                    return Err(INVALID_GRANT.into());
+                };
+                if fam.client_id != client.client_id {
+                    return Err(INVALID_GRANT.into());
+                }
+                audience::recheck(&fam.resource, resource.as_deref())?;
+                let scopes = match scope.as_deref() {
+                    None => fam.scopes.clone(),
+                    Some(s) => {
+                        let asked = ScopeSet::parse(s)?;
+                        if !fam.scopes.covers(&asked) {
+                            return Err(OAuthError::new(
+                                ErrorCode::InvalidScope,
+                                "scope exceeds the original grant",
+                            )
+                            .into());
+                        }
+                        asked
+                    }
+                };
+                let now = app.clock.now();
+                let decision =
+                    grant::decide(&fam, &presented, now, app.config.tokens.refresh_grace_secs);
+                match decision {
+                    RefreshDecision::Revoked => return Err(INVALID_GRANT.into()),
+                    RefreshDecision::Reuse => {
+                        let dead = grant::apply(&fam, decision, &presented, String::new(), now);
+                        let v = Versioned {
+                            value: encode(&dead)?,
+                            expires_at: version.expires_at,
+                        };
+                        if !app
+                            .store
+                            .compare_and_swap(
+                                Keyspace::RefreshFamilies,
+                                family_id.as_str(),
+                                &version,
+                                Some(v),
+                            )
+                            .await?
+                        {
+                            continue;
+                        }
+                        app.audit
+                            .record(AuditEvent::RefreshReuse {
+                                user_id: fam.user_id.clone(),
+                                client_id: fam.client_id.clone(),
+                                family_id: family_id.clone(),
+                            })
+                            .await?;
+                        return Err(INVALID_GRANT.into());
+                    }
+                    RefreshDecision::Rotate | RefreshDecision::GraceSibling => {
+                        let new_refresh = grant::new_refresh_token(&family_id)?;
+                        let next =
+                            grant::apply(&fam, decision, &presented, new_refresh.hash(), now);
+                        let v = Versioned {
+                            value: encode(&next)?,
+                            expires_at: Some(family_expiry(app, fam.created_at, now)),
+                        };
+                        if !app
+                            .store
+                            .compare_and_swap(
+                                Keyspace::RefreshFamilies,
+                                family_id.as_str(),
+                                &version,
+                                Some(v),
+                            )
+                            .await?
+                        {
+                            continue;
+                        }
+                        let (access, expires_in) = mint_access(app, &next, &scopes).await?;
+                        consent_registry::touch(
+                            app.store.as_ref(),
+                            now,
+                            &fam.user_id,
+                            &fam.client_id,
+                        )
+                        .await?;
+                        app.audit
+                            .record(AuditEvent::TokenRefreshed {
+                                client_id: client.client_id.clone(),
+                                family_id: family_id.clone(),
+                                grace: decision == RefreshDecision::GraceSibling,
+                            })
+                            .await?;
+                        return Ok(TokenResponse {
+                            access_token: access,
+                            token_type: "Bearer",
+                            expires_in,
+                            refresh_token: Some(new_refresh.secret().to_owned()),
+                            scope: scopes.to_wire(),
+                        });
+                    }
+                }
+            }
+            Err(OAuthError::new(
+                ErrorCode::TemporarilyUnavailable,
+                "too many concurrent refreshes; retry",
+            )
+            .into())
+        }
+    }
+}
+
+fn family_expiry(app: &App, created: UnixTime, now: UnixTime) -> UnixTime {
+    let t = &app.config.tokens;
+    now.plus(t.refresh_idle_ttl_secs)
+        .min(created.plus(t.refresh_max_lifetime_secs))
+}
+
+fn user_family_key(user: &UserId, client: &ClientId, family: &FamilyId) -> String {
+    format!("{}|{}|{}", user.as_str(), client.as_str(), family.as_str())
+}
+
+async fn start_family(
+    app: &App,
+    code: &CodeRecord,
+    client: &ClientRecord,
+) -> Result<TokenResponse, FlowError> {
+    let now = app.clock.now();
+    let refresh = grant::new_refresh_token(&code.family_id)?;
+    let fam = FamilyRecord {
+        family_id: code.family_id.clone(),
+        user_id: code.user_id.clone(),
+        client_id: code.client_id.clone(),
+        scopes: code.scopes.clone(),
+        resource: code.resource.clone(),
+        current: vec![refresh.hash()],
+        previous: None,
+        rotated_at: now,
+        created_at: now,
+        revoked: false,
+    };
+    let max = now.plus(app.config.tokens.refresh_max_lifetime_secs);
+    // Index first: a crash between the two writes leaves a harmless index entry, never a
+    // family the account page cannot find and revoke.
+    app.store
+        .put(
+            Keyspace::UserFamilies,
+            &user_family_key(&fam.user_id, &fam.client_id, &fam.family_id),
+            Vec::new(),
+            Some(max),
+        )
+        .await?;
+    if !app
+        .store
+        .insert_json(
+            Keyspace::RefreshFamilies,
+            fam.family_id.as_str(),
+            &fam,
+            Some(family_expiry(app, now, now)),
+        )
+        .await?
+    {
+        // The family exists already: this code was redeemed before (its tombstone expired).
+        return Err(INVALID_GRANT.into());
+    }
+    let (access, expires_in) = mint_access(app, &fam, &code.scopes).await?;
+    let wants_refresh = client.grant_types.iter().any(|g| g == "refresh_token");
+    Ok(TokenResponse {
+        access_token: access,
+        token_type: "Bearer",
+        expires_in,
+        // Only clients that registered the refresh grant get a refresh token.
+        refresh_token: wants_refresh.then(|| refresh.secret().to_owned()),
+        scope: code.scopes.to_wire(),
+    })
+}
+
+async fn mint_access(
+    app: &App,
+    fam: &FamilyRecord,
+    scopes: &ScopeSet,
+) -> Result<(String, u64), FlowError> {
+    let now = app.clock.now();
+    let ttl = app.config.tokens.access_token_ttl_secs;
+    let token = grant::new_access_token()?;
+    let rec = AccessTokenRecord {
+        family_id: fam.family_id.clone(),
+        user_id: fam.user_id.clone(),
+        client_id: fam.client_id.clone(),
+        scopes: scopes.clone(),
+        resource: fam.resource.clone(),
+        issued_at: now,
+        expires_at: now.plus(ttl),
+    };
+    app.store
+        .put_json(
+            Keyspace::AccessTokens,
+            &token.hash(),
+            &rec,
+            Some(now.plus(ttl)),
+        )
+        .await?;
+    Ok((token.secret().to_owned(), ttl))
+}
+
+async fn detect_code_reuse(app: &App, hash: &str) -> Result<(), FlowError> {
+    if let Some(used) = app
+        .store
+        .get_json::<UsedCodeRecord>(Keyspace::UsedCodes, hash)
+        .await?
+        && revoke_family(app, &used.family_id).await?
+    {
+        app.audit
+            .record(AuditEvent::CodeReuse {
+                family_id: used.family_id,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Marks a family revoked (its refresh and access tokens stop working at once). Returns
+/// whether this call revoked it.
+pub async fn revoke_family(app: &App, family_id: &FamilyId) -> Result<bool, FlowError> {
+    for _ in 0..CAS_RETRIES {
+        let Some((fam, version)) = app
+            .store
+            .get_versioned::<FamilyRecord>(Keyspace::RefreshFamilies, family_id.as_str())
+            .await?
+        else {
+            return Ok(false);
+        };
+        if fam.revoked {
+            return Ok(false);
+        }
+        let mut dead = fam;
+        dead.revoked = true;
+        let v = Versioned {
+            value: encode(&dead)?,
+            expires_at: version.expires_at,
+        };
+        if app
+            .store
+            .compare_and_swap(
+                Keyspace::RefreshFamilies,
+                family_id.as_str(),
+                &version,
+                Some(v),
+            )
+            .await?
+        {
+            return Ok(true);
+        }
+    }
+    Err(OAuthError::new(
+        ErrorCode::TemporarilyUnavailable,
+        "revocation contended; retry",
+    )
+    .into())
+}
+
+/// Revokes every family a person holds for a client; returns how many.
+pub async fn revoke_user_client(
+    app: &App,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<usize, FlowError> {
+    let prefix = format!("{}|{}|", user.as_str(), client.as_str());
+    let mut n = 0;
+    for (key, _) in app
+        .store
+        .scan_prefix(Keyspace::UserFamilies, &prefix)
+        .await?
+    {
+        if let Some(fam) = key.rsplit('|').next()
+            && revoke_family(app, &FamilyId::new(fam)).await?
+        {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Handles `/revoke` (RFC 7009): 200 whether or not the token was valid.
+pub async fn revoke(app: &App, authorization: Option<&str>, body: &str) -> Result<(), FlowError> {
+    let p = Params::parse(body)?;
+    let client = authenticate_client(app, authorization, &p).await?;
+    let token = p.require("token", "token is required")?;
+    if let Some(rt) = token
+        .strip_prefix(grant::REFRESH_PREFIX)
+        .map(|_| crate::ids::RefreshToken::new(token))
+    {
+        let Some(family_id) = grant::refresh_family(&rt) else {
+            return Ok(());
+        };
+        let Some(fam) = app
+            .store
+            .get_json::<FamilyRecord>(Keyspace::RefreshFamilies, family_id.as_str())
+            .await?
+        else {
+            return Ok(());
+        };
+        let valid = matches!(
+            grant::decide(
+                &fam,
+                &rt.hash(),
+                app.clock.now(),
+                app.config.tokens.refresh_grace_secs
+            ),
+            RefreshDecision::Rotate | RefreshDecision::GraceSibling
+        );
+        if fam.client_id == client.client_id && valid && revoke_family(app, &family_id).await? {
+            app.audit
+                .record(AuditEvent::TokenRevoked {
+                    client_id: client.client_id,
+                    kind: "refresh_token",
+                })
+                .await?;
+        }
+    } else if token.starts_with(grant::ACCESS_PREFIX) {
+        let hash = crypto::hash_secret(token);
+        if let Some(rec) = app
+            .store
+            .get_json::<AccessTokenRecord>(Keyspace::AccessTokens, &hash)
+            .await?
+            && rec.client_id == client.client_id
+        {
+            app.store.remove(Keyspace::AccessTokens, &hash).await?;
+            app.audit
+                .record(AuditEvent::TokenRevoked {
+                    client_id: client.client_id,
+                    kind: "access_token",
+                })
+                .await?;
+        }
+    }
+    Ok(())
+}

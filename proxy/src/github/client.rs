@@ -1,0 +1,285 @@
+//! OAuth client toward GitHub, built on `oauth2` over our own `reqwest` client: no redirects
+//! followed, timeouts on every call, fixed endpoint URLs from configuration. GitHub answers
+//! token errors with HTTP 200 and an `error` field; the transport shim below turns those into
+//! 400 so `oauth2`'s standard error path applies and nothing mistakes them for success.
+
+use std::time::Duration;
+
+use oauth2::basic::BasicClient;
+use oauth2::{
+    AuthType, AuthUrl, AuthorizationCode, ClientId as OClientId, ClientSecret as OClientSecret,
+    EndpointNotSet, EndpointSet, HttpRequest, HttpResponse, PkceCodeVerifier, RedirectUrl,
+    RefreshToken as ORefreshToken, RequestTokenError, TokenResponse, TokenUrl,
+};
+use serde::Deserialize;
+
+use crate::clock::UnixTime;
+use crate::config::GitHubConfig;
+use crate::ids::{GitHubLogin, GitHubRefreshToken, GitHubToken, PkceVerifier, UpstreamState};
+
+type OAuthClient =
+    BasicClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointSet>;
+
+/// Failures talking to GitHub. The variant decides who is blamed: the person/GitHub's answer
+/// (`Refused`, `Unauthorized`) or the network (`Unavailable`).
+#[derive(Debug, thiserror::Error)]
+pub enum GitHubError {
+    /// GitHub refused the code or refresh token (e.g. `bad_verification_code`).
+    #[error("GitHub refused: {0}")]
+    Refused(String),
+    /// GitHub no longer honours the token (401).
+    #[error("GitHub token no longer accepted")]
+    Unauthorized,
+    /// Network error, timeout or 5xx.
+    #[error("GitHub unavailable: {0}")]
+    Unavailable(String),
+    /// An answer we could not understand.
+    #[error("unexpected answer from GitHub: {0}")]
+    Protocol(String),
+}
+
+/// Tokens GitHub issued.
+#[derive(Debug)]
+pub struct GitHubTokens {
+    /// Access token.
+    pub access_token: GitHubToken,
+    /// Refresh token (GitHub Apps with expiring tokens).
+    pub refresh_token: Option<GitHubRefreshToken>,
+    /// Access token expiry, if it expires.
+    pub expires_at: Option<UnixTime>,
+    /// Granted scopes.
+    pub scopes: Vec<String>,
+}
+
+/// A GitHub account.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GitHubUser {
+    /// Stable numeric id.
+    pub id: u64,
+    /// Login (can change).
+    pub login: String,
+}
+
+impl GitHubUser {
+    /// Login as a typed id.
+    pub fn login(&self) -> GitHubLogin {
+        GitHubLogin::new(self.login.clone())
+    }
+}
+
+/// The GitHub client.
+#[derive(Clone)]
+pub struct GitHubClient {
+    oauth: OAuthClient,
+    http: reqwest::Client,
+    config: GitHubConfig,
+}
+
+/// Builds the outbound HTTP client: no redirects, timeouts, fixed user agent.
+pub fn http_client(timeout_secs: u64) -> Result<reqwest::Client, GitHubError> {
+    crate::install_crypto_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(timeout_secs))
+        .connect_timeout(Duration::from_secs(timeout_secs.min(5)))
+        .user_agent(concat!("mcp-oauth-proxy/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| GitHubError::Unavailable(e.to_string()))
+}
+
+fn transport(e: &reqwest::Error) -> GitHubError {
+    GitHubError::Unavailable(if e.is_timeout() {
+        "timeout".to_owned()
+    } else {
+        "network error".to_owned()
+    })
+}
+
+impl GitHubClient {
+    /// A client for the configured GitHub, with our callback URL.
+    pub fn new(config: GitHubConfig, callback_url: &str) -> Result<GitHubClient, GitHubError> {
+        let bad = |e: &dyn std::fmt::Display| GitHubError::Protocol(e.to_string());
+        let oauth = BasicClient::new(OClientId::new(config.client_id.clone()))
+            .set_client_secret(OClientSecret::new(config.client_secret.secret().to_owned()))
+            .set_auth_uri(AuthUrl::from_url(config.authorize_url.clone()))
+            .set_token_uri(TokenUrl::from_url(config.token_url.clone()))
+            .set_redirect_uri(RedirectUrl::new(callback_url.to_owned()).map_err(|e| bad(&e))?)
+            .set_auth_type(AuthType::RequestBody);
+        Ok(GitHubClient {
+            oauth,
+            http: http_client(config.timeout_secs)?,
+            config,
+        })
+    }
+
+    /// The URL that sends a browser to GitHub.
+    pub fn authorize_url(
+        &self,
+        state: &UpstreamState,
+        code_challenge: &str,
+        prompt: Option<&str>,
+    ) -> String {
+        let mut url = self.config.authorize_url.clone();
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("client_id", &self.config.client_id);
+            q.append_pair(
+                "redirect_uri",
+                self.oauth
+                    .redirect_uri()
+                    .map(|r| r.as_str())
+                    .unwrap_or_default(),
+            );
+            q.append_pair("scope", &self.config.scopes.join(" "));
+            q.append_pair("state", state.secret());
+            q.append_pair("code_challenge", code_challenge);
+            q.append_pair("code_challenge_method", "S256");
+            q.append_pair("allow_signup", "false");
+            if let Some(p) = prompt {
+                q.append_pair("prompt", p);
+            }
+        }
+        url.to_string()
+    }
+
+    async fn send(http: reqwest::Client, req: HttpRequest) -> Result<HttpResponse, ShimError> {
+        let (parts, body) = req.into_parts();
+        let resp = http
+            .request(parts.method, parts.uri.to_string())
+            .headers(parts.headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| ShimError(transport(&e).to_string()))?;
+        let mut status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| ShimError(transport(&e).to_string()))?
+            .to_vec();
+        // GitHub reports token errors as HTTP 200 with {"error": ...}.
+        if status == http::StatusCode::OK
+            && serde_json::from_slice::<serde_json::Value>(&body)
+                .is_ok_and(|v| v.get("error").is_some())
+        {
+            status = http::StatusCode::BAD_REQUEST;
+        }
+        let mut b = http::Response::builder().status(status);
+        for (k, v) in &headers {
+            b = b.header(k, v);
+        }
+        b.body(body).map_err(|e| ShimError(e.to_string()))
+    }
+
+    fn map_token_error<RE: std::error::Error + 'static>(
+        e: RequestTokenError<RE, oauth2::basic::BasicErrorResponse>,
+    ) -> GitHubError {
+        match e {
+            RequestTokenError::ServerResponse(r) => GitHubError::Refused(r.error().to_string()),
+            RequestTokenError::Request(e) => GitHubError::Unavailable(e.to_string()),
+            RequestTokenError::Parse(_, _) => {
+                GitHubError::Protocol("token response did not parse".to_owned())
+            }
+            RequestTokenError::Other(s) => GitHubError::Protocol(s),
+        }
+    }
+
+    fn tokens(resp: &oauth2::basic::BasicTokenResponse, now: UnixTime) -> GitHubTokens {
+        // GitHub separates scopes with commas in token responses.
+        let scopes = resp
+            .scopes()
+            .map(|s| {
+                s.iter()
+                    .flat_map(|x| x.split(','))
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        GitHubTokens {
+            access_token: GitHubToken::new(resp.access_token().secret().clone()),
+            refresh_token: resp
+                .refresh_token()
+                .map(|r| GitHubRefreshToken::new(r.secret().clone())),
+            expires_at: resp.expires_in().map(|d| now.plus(d.as_secs())),
+            scopes,
+        }
+    }
+
+    /// Exchanges a callback code (with the proxy's PKCE verifier).
+    pub async fn exchange_code(
+        &self,
+        code: &str,
+        verifier: &PkceVerifier,
+        now: UnixTime,
+    ) -> Result<GitHubTokens, GitHubError> {
+        let http = self.http.clone();
+        let client = move |req: HttpRequest| Self::send(http.clone(), req);
+        let resp = self
+            .oauth
+            .exchange_code(AuthorizationCode::new(code.to_owned()))
+            .set_pkce_verifier(PkceCodeVerifier::new(verifier.secret().to_owned()))
+            .request_async(&client)
+            .await
+            .map_err(Self::map_token_error)?;
+        Ok(Self::tokens(&resp, now))
+    }
+
+    /// Refreshes an expiring GitHub App token (GitHub rotates the refresh token too).
+    pub async fn refresh(
+        &self,
+        refresh: &GitHubRefreshToken,
+        now: UnixTime,
+    ) -> Result<GitHubTokens, GitHubError> {
+        let http = self.http.clone();
+        let client = move |req: HttpRequest| Self::send(http.clone(), req);
+        let rt = ORefreshToken::new(refresh.secret().to_owned());
+        let resp = self
+            .oauth
+            .exchange_refresh_token(&rt)
+            .request_async(&client)
+            .await
+            .map_err(Self::map_token_error)?;
+        Ok(Self::tokens(&resp, now))
+    }
+
+    /// `GET /user` with the person's token.
+    pub async fn user(&self, token: &GitHubToken) -> Result<GitHubUser, GitHubError> {
+        let url = format!(
+            "{}/user",
+            self.config.api_url.as_str().trim_end_matches('/')
+        );
+        let resp = self
+            .http
+            .get(url)
+            .bearer_auth(token.secret())
+            .header("Accept", "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", "2022-11-28")
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        match resp.status() {
+            s if s.is_success() => resp
+                .json::<GitHubUser>()
+                .await
+                .map_err(|_| GitHubError::Protocol("/user did not parse".to_owned())),
+            http::StatusCode::UNAUTHORIZED => Err(GitHubError::Unauthorized),
+            s if s.is_server_error() => {
+                Err(GitHubError::Unavailable(format!("/user answered {s}")))
+            }
+            s => Err(GitHubError::Protocol(format!("/user answered {s}"))),
+        }
+    }
+
+    /// GitHub's host, for pages.
+    pub fn display_host(&self) -> String {
+        self.config.display_host()
+    }
+}
+
+/// Error type of the transport shim.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ShimError(String);

@@ -1,0 +1,258 @@
+//! Each person's GitHub grant, sealed with AES-256-GCM under the token-encryption key with
+//! the record id as associated data. GitHub App tokens that expire are refreshed once per
+//! grant at a time (single-flight: GitHub rotates the refresh token on use, so two concurrent
+//! refreshes would kill the grant) and the result is saved with a compare-and-swap.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::client::{GitHubClient, GitHubError, GitHubTokens, GitHubUser};
+use crate::clock::{SharedClock, UnixTime};
+use crate::crypto::{self, Key};
+use crate::ids::{GitHubRefreshToken, GitHubToken, UserId};
+use crate::store::records::GrantRecord;
+use crate::store::{Keyspace, SharedStore, StoreError, StoreExt, Versioned, encode};
+
+/// Refresh this long before expiry.
+const REFRESH_MARGIN_SECS: u64 = 120;
+
+/// What can go wrong using a grant.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// No grant stored.
+    #[error("no GitHub account connected")]
+    Missing,
+    /// GitHub stopped honouring it.
+    #[error("GitHub access stopped working")]
+    Broken,
+    /// GitHub could not be reached (transient; the grant is kept).
+    #[error(transparent)]
+    GitHub(#[from] GitHubError),
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Sealing or opening failed.
+    #[error("grant could not be opened")]
+    Crypto,
+}
+
+/// Whether a person's grant can be used without calling GitHub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantStatus {
+    /// None stored.
+    Missing,
+    /// Marked broken.
+    Broken,
+    /// Present and not known to be broken.
+    Usable,
+}
+
+/// The grant store.
+#[derive(Clone)]
+pub struct Grants {
+    store: SharedStore,
+    key: Key,
+    github: GitHubClient,
+    clock: SharedClock,
+    in_flight: Arc<Mutex<HashMap<UserId, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+fn aad(user: &UserId, what: &str) -> Vec<u8> {
+    format!("mcp-oauth-proxy/grant/{what}/{}", user.as_str()).into_bytes()
+}
+
+impl Grants {
+    /// New store over `store`.
+    pub fn new(store: SharedStore, key: Key, github: GitHubClient, clock: SharedClock) -> Grants {
+        Grants {
+            store,
+            key,
+            github,
+            clock,
+            in_flight: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn seal(&self, user: &UserId, what: &str, secret: &str) -> Result<String, GrantError> {
+        Ok(crypto::b64url(
+            &self
+                .key
+                .seal(secret.as_bytes(), &aad(user, what))
+                .map_err(|_| GrantError::Crypto)?,
+        ))
+    }
+
+    fn open(&self, user: &UserId, what: &str, sealed: &str) -> Result<String, GrantError> {
+        let bytes = crypto::b64url_decode(sealed).ok_or(GrantError::Crypto)?;
+        let plain = self
+            .key
+            .open(&bytes, &aad(user, what))
+            .map_err(|_| GrantError::Crypto)?;
+        String::from_utf8(plain).map_err(|_| GrantError::Crypto)
+    }
+
+    fn record(
+        &self,
+        user: &UserId,
+        gh: &GitHubUser,
+        tokens: &GitHubTokens,
+        now: UnixTime,
+    ) -> Result<GrantRecord, GrantError> {
+        Ok(GrantRecord {
+            user_id: user.clone(),
+            github_id: gh.id,
+            login: gh.login(),
+            sealed_token: self.seal(user, "access", tokens.access_token.secret())?,
+            sealed_refresh: tokens
+                .refresh_token
+                .as_ref()
+                .map(|r| self.seal(user, "refresh", r.secret()))
+                .transpose()?,
+            token_expires_at: tokens.expires_at,
+            scopes: tokens.scopes.clone(),
+            updated_at: now,
+            broken: false,
+        })
+    }
+
+    /// Stores (replaces) a person's grant after a successful GitHub sign-in.
+    pub async fn save(
+        &self,
+        user: &UserId,
+        gh: &GitHubUser,
+        tokens: &GitHubTokens,
+    ) -> Result<(), GrantError> {
+        let rec = self.record(user, gh, tokens, self.clock.now())?;
+        self.store
+            .put_json(Keyspace::Grants, user.as_str(), &rec, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether the grant is there and not known to be broken. No GitHub call.
+    pub async fn status(&self, user: &UserId) -> Result<GrantStatus, GrantError> {
+        let rec: Option<GrantRecord> = self.store.get_json(Keyspace::Grants, user.as_str()).await?;
+        Ok(match rec {
+            None => GrantStatus::Missing,
+            Some(r) if r.broken => GrantStatus::Broken,
+            Some(r)
+                if r.token_expires_at.is_some()
+                    && r.sealed_refresh.is_none()
+                    && r.token_expires_at.is_some_and(|e| e <= self.clock.now()) =>
+            {
+                GrantStatus::Broken
+            }
+            Some(_) => GrantStatus::Usable,
+        })
+    }
+
+    /// The stored record (no secrets in the clear).
+    pub async fn get(&self, user: &UserId) -> Result<Option<GrantRecord>, GrantError> {
+        Ok(self.store.get_json(Keyspace::Grants, user.as_str()).await?)
+    }
+
+    /// Forgets a person's grant.
+    pub async fn remove(&self, user: &UserId) -> Result<(), GrantError> {
+        Ok(self.store.remove(Keyspace::Grants, user.as_str()).await?)
+    }
+
+    /// A usable GitHub access token for the person, refreshing an expiring GitHub App token
+    /// first if needed. Concurrent callers for the same person share one refresh.
+    pub async fn access_token(&self, user: &UserId) -> Result<GitHubToken, GrantError> {
+        let rec: GrantRecord = self
+            .store
+            .get_json(Keyspace::Grants, user.as_str())
+            .await?
+            .ok_or(GrantError::Missing)?;
+        if rec.broken {
+            return Err(GrantError::Broken);
+        }
+        if !self.needs_refresh(&rec) {
+            return Ok(GitHubToken::new(self.open(
+                user,
+                "access",
+                &rec.sealed_token,
+            )?));
+        }
+        let lock = {
+            let mut map = self.in_flight.lock().map_err(|_| GrantError::Crypto)?;
+            map.entry(user.clone()).or_default().clone()
+        };
+        let _guard = lock.lock().await;
+        // Whoever held the lock before us may have refreshed already: read again.
+        let Some((rec, version)) = self
+            .store
+            .get_versioned::<GrantRecord>(Keyspace::Grants, user.as_str())
+            .await?
+        else {
+            return Err(GrantError::Missing);
+        };
+        if rec.broken {
+            return Err(GrantError::Broken);
+        }
+        if !self.needs_refresh(&rec) {
+            return Ok(GitHubToken::new(self.open(
+                user,
+                "access",
+                &rec.sealed_token,
+            )?));
+        }
+        let Some(sealed_refresh) = &rec.sealed_refresh else {
+            self.mark_broken(user, &rec, &version).await?;
+            return Err(GrantError::Broken);
+        };
+        let refresh = GitHubRefreshToken::new(self.open(user, "refresh", sealed_refresh)?);
+        let now = self.clock.now();
+        match self.github.refresh(&refresh, now).await {
+            Ok(tokens) => {
+                let gh = GitHubUser {
+                    id: rec.github_id,
+                    login: rec.login.as_str().to_owned(),
+                };
+                let next = self.record(user, &gh, &tokens, now)?;
+                let new_version = Versioned {
+                    value: encode(&next)?,
+                    expires_at: None,
+                };
+                if !self
+                    .store
+                    .compare_and_swap(Keyspace::Grants, user.as_str(), &version, Some(new_version))
+                    .await?
+                {
+                    // Replaced meanwhile (a new sign-in): that grant wins; ours is discarded.
+                    return Err(GrantError::Broken);
+                }
+                Ok(tokens.access_token)
+            }
+            Err(GitHubError::Refused(_)) | Err(GitHubError::Unauthorized) => {
+                self.mark_broken(user, &rec, &version).await?;
+                Err(GrantError::Broken)
+            }
+            Err(e) => Err(GrantError::GitHub(e)),
+        }
+    }
+
+    fn needs_refresh(&self, rec: &GrantRecord) -> bool {
+        rec.token_expires_at.is_some_and(|exp| {
+            exp.since(self.clock.now()) < REFRESH_MARGIN_SECS || exp <= self.clock.now()
+        })
+    }
+
+    async fn mark_broken(
+        &self,
+        user: &UserId,
+        rec: &GrantRecord,
+        version: &Versioned,
+    ) -> Result<(), GrantError> {
+        let mut broken = rec.clone();
+        broken.broken = true;
+        let v = Versioned {
+            value: encode(&broken)?,
+            expires_at: None,
+        };
+        self.store
+            .compare_and_swap(Keyspace::Grants, user.as_str(), version, Some(v))
+            .await?;
+        Ok(())
+    }
+}

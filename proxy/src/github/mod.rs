@@ -1,0 +1,5 @@
+//! The proxy as one static OAuth client toward GitHub, and the encrypted store of each
+//! person's GitHub grant. GitHub endpoints come from configuration, never from input.
+
+pub mod client;
+pub mod grants;

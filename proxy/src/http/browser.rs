@@ -1,0 +1,185 @@
+//! Browser endpoints: /authorize, the consent form, the GitHub callback, the account page.
+
+use axum::extract::{RawQuery, State};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+
+use super::error::{PageError, page};
+use super::headers::CSP_CONSENT;
+use crate::app::App;
+use crate::cookies;
+use crate::flows::account::{self, AccountForm, AccountOutcome};
+use crate::flows::authorize::{self, AuthorizeInput, AuthorizeOutcome};
+use crate::flows::consent::{self, ConsentInput, ConsentOutcome};
+use crate::flows::{FlowError, callback, pages};
+
+fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn with_cookies(mut resp: Response, cookies: &[String]) -> Response {
+    for c in cookies {
+        if let Ok(v) = HeaderValue::from_str(c) {
+            resp.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    resp
+}
+
+fn render(page: impl std::fmt::Display) -> Html<String> {
+    Html(page.to_string())
+}
+
+fn form(body: &Bytes) -> Result<&str, PageError> {
+    std::str::from_utf8(body).map_err(|_| PageError(FlowError::Page(pages::BAD_REQUEST)))
+}
+
+/// `GET /authorize`.
+pub async fn authorize(
+    State(app): State<App>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let input = AuthorizeInput {
+        raw_query: q.as_deref().unwrap_or_default(),
+        session_cookie: cookies::read(&headers, cookies::SESSION_COOKIE),
+        sec_fetch_site: header_str(&headers, "sec-fetch-site").map(str::to_owned),
+    };
+    match authorize::authorize(&app, input).await? {
+        AuthorizeOutcome::Redirect(url) => Ok(Redirect::to(&url).into_response()),
+        AuthorizeOutcome::Consent(p) => {
+            let mut resp = render(*p).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP_CONSENT),
+            );
+            Ok(resp)
+        }
+    }
+}
+
+/// `POST /consent`.
+pub async fn consent(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let input = ConsentInput {
+        body: form(&body)?,
+        sec_fetch_site: header_str(&headers, "sec-fetch-site"),
+        origin: header_str(&headers, "origin"),
+    };
+    // 303: the browser must GET the next URL, never re-POST the form (RFC 9700 §4.12).
+    Ok(match consent::decide(&app, input).await? {
+        ConsentOutcome::ToGitHub { url, set_cookie } => {
+            with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
+        }
+        ConsentOutcome::ToClient(url) => Redirect::to(&url).into_response(),
+    })
+}
+
+/// `GET /callback/github`.
+pub async fn callback(
+    State(app): State<App>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let flow_cookie = cookies::read(&headers, cookies::FLOW_COOKIE);
+    let out = callback::github_callback(
+        &app,
+        q.as_deref().unwrap_or_default(),
+        flow_cookie.as_deref(),
+    )
+    .await?;
+    Ok(with_cookies(
+        Redirect::to(&out.location).into_response(),
+        &out.set_cookies,
+    ))
+}
+
+/// `GET /account`.
+pub async fn account(
+    State(app): State<App>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let notice = q.as_deref().and_then(|q| {
+        url::form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "notice")
+            .map(|(_, v)| v.into_owned())
+    });
+    Ok(
+        match account::show(&app, session.as_deref(), notice.as_deref()).await? {
+            AccountOutcome::Page(p) => render(*p).into_response(),
+            AccountOutcome::SignIn { url, set_cookie } => {
+                with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
+            }
+        },
+    )
+}
+
+fn account_form<'a>(
+    headers: &'a HeaderMap,
+    session: Option<&'a str>,
+    body: &'a str,
+) -> AccountForm<'a> {
+    AccountForm {
+        session_cookie: session,
+        body,
+        sec_fetch_site: header_str(headers, "sec-fetch-site"),
+        origin: header_str(headers, "origin"),
+    }
+}
+
+/// `POST /account/revoke`.
+pub async fn account_revoke(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let to = account::revoke(
+        &app,
+        account_form(&headers, session.as_deref(), form(&body)?),
+    )
+    .await?;
+    Ok(Redirect::to(to).into_response())
+}
+
+/// `POST /account/sign-out`.
+pub async fn account_sign_out(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let clear = account::sign_out(
+        &app,
+        account_form(&headers, session.as_deref(), form(&body)?),
+    )
+    .await?;
+    let page = consent_ui::MessagePage { title: "Signed out".to_owned(), message: "You are signed out of this server. Applications you approved keep working until you revoke them.".to_owned() };
+    Ok(with_cookies(render(page).into_response(), &[clear]))
+}
+
+/// `GET /assets/style.css`.
+pub async fn stylesheet() -> Response {
+    let mut resp = (StatusCode::OK, consent_ui::STYLESHEET).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
+    resp
+}
+
+/// Anything else.
+pub async fn not_found() -> Response {
+    page(pages::NOT_FOUND, String::new())
+}

@@ -1,0 +1,40 @@
+//! Discovery documents: authorization server metadata (RFC 8414) and protected resource
+//! metadata (RFC 9728, served at the root and the path-inserted location). `issuer` and
+//! `resource` are byte-identical to what the rest of the server uses.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::{Value, json};
+
+use crate::app::App;
+
+/// `/.well-known/oauth-authorization-server`.
+pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
+    let u = &app.config.public_url;
+    Json(json!({
+        "issuer": u.issuer(),
+        "authorization_endpoint": u.join("/authorize"),
+        "token_endpoint": u.join("/token"),
+        "registration_endpoint": u.join("/register"),
+        "revocation_endpoint": u.join("/revoke"),
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+        "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+        "code_challenge_methods_supported": ["S256"],
+        "scopes_supported": app.offered_scopes.iter().collect::<Vec<_>>(),
+        "authorization_response_iss_parameter_supported": true,
+    }))
+}
+
+/// `/.well-known/oauth-protected-resource[/mcp]`.
+pub async fn protected_resource(State(app): State<App>) -> Json<Value> {
+    Json(json!({
+        "resource": app.resource(),
+        "authorization_servers": [app.issuer()],
+        "scopes_supported": app.offered_scopes.iter().collect::<Vec<_>>(),
+        "bearer_methods_supported": ["header"],
+        "resource_name": app.config.resource_name,
+    }))
+}

@@ -1,0 +1,80 @@
+//! The HTTP edge: routes, parsing into typed inputs, and mapping outcomes to responses. No
+//! policy decisions are made here.
+//!
+//! Keep the route table in sync with `metadata.rs` (the endpoints advertised there).
+
+mod api;
+mod browser;
+pub mod error;
+mod headers;
+mod metadata;
+
+use std::future::Future;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use http::{HeaderName, Method, header};
+use tower_http::cors::{Any, CorsLayer};
+
+use crate::app::App;
+
+/// Largest request body accepted anywhere (registration, forms).
+const MAX_BODY: usize = 64 * 1024;
+
+/// The proxy's routes.
+pub fn router(app: App) -> Router {
+    // CORS only where browser-based clients need it, never on /authorize (RFC 9700 §2.6).
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::AUTHORIZATION,
+            HeaderName::from_static("mcp-protocol-version"),
+        ])
+        .expose_headers([header::WWW_AUTHENTICATE])
+        .max_age(std::time::Duration::from_secs(86_400));
+    let api = Router::new()
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(metadata::authorization_server),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(metadata::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(metadata::protected_resource),
+        )
+        .route("/register", post(api::register))
+        .route("/token", post(api::token))
+        .route("/revoke", post(api::revoke))
+        .layer(cors);
+    let browser = Router::new()
+        .route("/authorize", get(browser::authorize))
+        .route("/consent", post(browser::consent))
+        .route("/callback/github", get(browser::callback))
+        .route("/account", get(browser::account))
+        .route("/account/revoke", post(browser::account_revoke))
+        .route("/account/sign-out", post(browser::account_sign_out))
+        .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet));
+    api.merge(browser)
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(browser::not_found)
+        .layer(axum::middleware::from_fn(headers::security_headers))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app)
+}
+
+/// Serves until `shutdown` resolves, then lets in-flight requests finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,29 @@
+//! mcp-oauth-proxy: an OAuth 2.1 authorization server for MCP clients that signs people in
+//! through GitHub as one static OAuth client, with per-client consent, browser-bound state and
+//! audience-bound tokens. See `SECURITY.md` for where each binding is enforced.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod audit;
+pub mod bindings;
+pub mod clock;
+pub mod config;
+pub mod cookies;
+pub mod crypto;
+pub mod csrf;
+pub mod demo;
+pub mod flows;
+pub mod github;
+pub mod http;
+pub mod ids;
+pub mod oauth;
+pub mod run;
+pub mod session;
+pub mod store;
+
+/// Installs rustls' ring provider as the process default (reqwest is built without one, to
+/// keep aws-lc out of the tree). Safe to call more than once.
+pub fn install_crypto_provider() {
+    // An Err only means a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,112 @@
+//! The `mcp-oauth-proxy` binary: parse the command line, load and validate all configuration
+//! before binding anything (exit 64 on a bad config), set up logging, run.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mcp_oauth_proxy::config::{Config, ProcessEnv};
+use mcp_oauth_proxy::{demo, run};
+
+/// EX_CONFIG-style exit code for configuration errors (sysexits EX_USAGE).
+const EXIT_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-oauth-proxy",
+    version,
+    about = "OAuth 2.1 authorization server for MCP clients, in front of GitHub"
+)]
+struct Cli {
+    /// Log as JSON lines.
+    #[arg(long, global = true, env = "MCP_OAUTH_PROXY_LOG_JSON")]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve with a configuration file.
+    Serve {
+        /// Path to the TOML configuration.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Check a configuration file and exit.
+    CheckConfig {
+        /// Path to the TOML configuration.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Run the offline demo: fake GitHub, proxy, temporary store, all on loopback.
+    Demo {
+        /// Where the proxy listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+    },
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Configuration first: every error is reported before anything starts.
+    let config = match &cli.command {
+        Command::Serve { config } | Command::CheckConfig { config } => {
+            match Config::load(config, &ProcessEnv) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            }
+        }
+        Command::Demo { .. } => None,
+    };
+    if let Command::CheckConfig { .. } = cli.command {
+        println!("configuration is valid");
+        return ExitCode::SUCCESS;
+    }
+    init_logging(cli.log_json);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match (cli.command, config) {
+            (Command::Serve { .. }, Some(config)) => run::serve(config).await,
+            (Command::Demo { listen }, _) => demo::run(demo::DemoOptions { listen }).await,
+            _ => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ (run::StartError::Keys(_) | run::StartError::Store { .. })) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

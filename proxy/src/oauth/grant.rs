@@ -1,0 +1,263 @@
+//! Token formats and the refresh-rotation rule, without I/O.
+//!
+//! Tokens are opaque random strings with a type prefix (so secret scanners and our own
+//! log checks recognise them) and are stored only as SHA-256 hashes. A refresh token names its
+//! family: `mcprt_<family>.<secret>`. Rotation: the current token yields a new one and
+//! becomes "previous"; the previous one is honoured only inside a short grace window (a client
+//! that retried, or refreshed from two egress IPs); any older token is reuse and revokes the
+//! whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2).
+
+use serde::Serialize;
+
+use crate::clock::UnixTime;
+use crate::crypto::{self, CryptoError};
+use crate::ids::{AccessToken, AuthCode, ClientId, ClientSecret, FamilyId, RefreshToken};
+use crate::store::records::FamilyRecord;
+
+/// Prefix of access tokens.
+pub const ACCESS_PREFIX: &str = "mcpat_";
+/// Prefix of refresh tokens.
+pub const REFRESH_PREFIX: &str = "mcprt_";
+/// Prefix of authorization codes.
+pub const CODE_PREFIX: &str = "mcpac_";
+/// Prefix of generated client ids (never `https://`, which would read as a metadata URL).
+pub const CLIENT_PREFIX: &str = "mcpc_";
+/// Prefix of client secrets.
+pub const CLIENT_SECRET_PREFIX: &str = "mcpc_secret_";
+
+/// At most this many sibling tokens in one generation (grace-window replays).
+const MAX_SIBLINGS: usize = 4;
+
+/// A new access token.
+pub fn new_access_token() -> Result<AccessToken, CryptoError> {
+    Ok(AccessToken::new(format!(
+        "{ACCESS_PREFIX}{}",
+        crypto::random_token()?
+    )))
+}
+
+/// A new authorization code.
+pub fn new_code() -> Result<AuthCode, CryptoError> {
+    Ok(AuthCode::new(format!(
+        "{CODE_PREFIX}{}",
+        crypto::random_token()?
+    )))
+}
+
+/// A new family id.
+pub fn new_family_id() -> Result<FamilyId, CryptoError> {
+    Ok(FamilyId::new(
+        crypto::b64url(&crypto::random_bytes::<16>()?),
+    ))
+}
+
+/// A new refresh token in `family`.
+pub fn new_refresh_token(family: &FamilyId) -> Result<RefreshToken, CryptoError> {
+    Ok(RefreshToken::new(format!(
+        "{REFRESH_PREFIX}{}.{}",
+        family.as_str(),
+        crypto::random_token()?
+    )))
+}
+
+/// The family a refresh token names, if it is well-formed.
+pub fn refresh_family(token: &RefreshToken) -> Option<FamilyId> {
+    let rest = token.secret().strip_prefix(REFRESH_PREFIX)?;
+    let (family, secret) = rest.split_once('.')?;
+    let ok = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    (ok(family, 22) && ok(secret, 43)).then(|| FamilyId::new(family))
+}
+
+/// A new client id.
+pub fn new_client_id() -> Result<ClientId, CryptoError> {
+    Ok(ClientId::new(format!(
+        "{CLIENT_PREFIX}{}",
+        crypto::b64url(&crypto::random_bytes::<16>()?)
+    )))
+}
+
+/// A new client secret.
+pub fn new_client_secret() -> Result<ClientSecret, CryptoError> {
+    Ok(ClientSecret::new(format!(
+        "{CLIENT_SECRET_PREFIX}{}",
+        crypto::random_token()?
+    )))
+}
+
+/// What presenting a refresh token means for its family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefreshDecision {
+    /// The current token: rotate.
+    Rotate,
+    /// The immediately previous token inside the grace window: issue a sibling.
+    GraceSibling,
+    /// An older token (or the previous one too late): revoke the family.
+    Reuse,
+    /// The family is already revoked.
+    Revoked,
+}
+
+/// Decides what a presented refresh token (by hash) does to its family.
+pub fn decide(
+    family: &FamilyRecord,
+    presented_hash: &str,
+    now: UnixTime,
+    grace_secs: u64,
+) -> RefreshDecision {
+    if family.revoked {
+        return RefreshDecision::Revoked;
+    }
+    let is = |h: &str| crypto::ct_eq(h.as_bytes(), presented_hash.as_bytes());
+    if family.current.iter().any(|h| is(h)) {
+        return RefreshDecision::Rotate;
+    }
+    let in_grace = now.since(family.rotated_at) <= grace_secs;
+    if family.previous.as_deref().is_some_and(is) && in_grace && family.current.len() < MAX_SIBLINGS
+    {
+        return RefreshDecision::GraceSibling;
+    }
+    RefreshDecision::Reuse
+}
+
+/// The family after a decision; `None` for decisions that issue nothing.
+pub fn apply(
+    family: &FamilyRecord,
+    decision: RefreshDecision,
+    presented_hash: &str,
+    new_hash: String,
+    now: UnixTime,
+) -> FamilyRecord {
+    let mut next = family.clone();
+    match decision {
+        RefreshDecision::Rotate => {
+            next.previous = Some(presented_hash.to_owned());
+            next.current = vec![new_hash];
+            next.rotated_at = now;
+        }
+        RefreshDecision::GraceSibling => next.current.push(new_hash),
+        RefreshDecision::Reuse | RefreshDecision::Revoked => next.revoked = true,
+    }
+    next
+}
+
+/// RFC 6749 §5.1 token response.
+#[derive(Debug, Serialize)]
+pub struct TokenResponse {
+    /// The access token.
+    pub access_token: String,
+    /// Always `Bearer`.
+    pub token_type: &'static str,
+    /// Seconds.
+    pub expires_in: u64,
+    /// The refresh token (absent for clients without the refresh grant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<String>,
+    /// Granted scopes.
+    pub scope: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::UserId;
+    use crate::oauth::scope::ScopeSet;
+
+    fn family() -> FamilyRecord {
+        FamilyRecord {
+            family_id: FamilyId::new("f"),
+            user_id: UserId::github(1),
+            client_id: ClientId::new("c"),
+            scopes: ScopeSet::default(),
+            resource: "r".into(),
+            current: vec!["h1".into()],
+            previous: None,
+            rotated_at: UnixTime(100),
+            created_at: UnixTime(100),
+            revoked: false,
+        }
+    }
+
+    #[test]
+    fn current_rotates_previous_in_grace_older_is_reuse() {
+        let f0 = family();
+        assert_eq!(
+            decide(&f0, "h1", UnixTime(200), 30),
+            RefreshDecision::Rotate
+        );
+        let f1 = apply(
+            &f0,
+            RefreshDecision::Rotate,
+            "h1",
+            "h2".into(),
+            UnixTime(200),
+        );
+        assert_eq!(
+            decide(&f1, "h2", UnixTime(201), 30),
+            RefreshDecision::Rotate
+        );
+        assert_eq!(
+            decide(&f1, "h1", UnixTime(230), 30),
+            RefreshDecision::GraceSibling
+        );
+        assert_eq!(decide(&f1, "h1", UnixTime(231), 30), RefreshDecision::Reuse);
+        let f2 = apply(
+            &f1,
+            RefreshDecision::Rotate,
+            "h2",
+            "h3".into(),
+            UnixTime(240),
+        );
+        // h1 is now two generations old: reuse even inside any window.
+        assert_eq!(decide(&f2, "h1", UnixTime(241), 30), RefreshDecision::Reuse);
+        let dead = apply(
+            &f2,
+            RefreshDecision::Reuse,
+            "h1",
+            String::new(),
+            UnixTime(241),
+        );
+        assert!(dead.revoked);
+        assert_eq!(
+            decide(&dead, "h3", UnixTime(242), 30),
+            RefreshDecision::Revoked
+        );
+    }
+
+    #[test]
+    fn grace_siblings_are_bounded() {
+        let mut f = apply(
+            &family(),
+            RefreshDecision::Rotate,
+            "h1",
+            "h2".into(),
+            UnixTime(200),
+        );
+        for i in 0..3 {
+            assert_eq!(
+                decide(&f, "h1", UnixTime(201), 30),
+                RefreshDecision::GraceSibling
+            );
+            f = apply(
+                &f,
+                RefreshDecision::GraceSibling,
+                "h1",
+                format!("s{i}"),
+                UnixTime(201),
+            );
+        }
+        assert_eq!(decide(&f, "h1", UnixTime(201), 30), RefreshDecision::Reuse);
+    }
+
+    #[test]
+    fn refresh_token_names_its_family() {
+        let fam = new_family_id().unwrap();
+        let t = new_refresh_token(&fam).unwrap();
+        assert_eq!(refresh_family(&t), Some(fam));
+        assert_eq!(refresh_family(&RefreshToken::new("mcprt_x.y")), None);
+        assert_eq!(refresh_family(&RefreshToken::new("gho_abc")), None);
+    }
+}

@@ -1,0 +1,237 @@
+//! Dynamic client registration (RFC 7591): a JSON body becomes validated client metadata.
+//! Display fields are untrusted and flagged as such on the consent page; redirect URIs are
+//! validated by `bindings::redirect` and then stored verbatim.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{ErrorCode, OAuthError};
+use super::scope::ScopeSet;
+use crate::bindings::redirect;
+
+/// How a client authenticates at the token endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenAuthMethod {
+    /// Public client.
+    None,
+    /// Secret in the form.
+    ClientSecretPost,
+    /// Secret in HTTP Basic.
+    ClientSecretBasic,
+}
+
+impl TokenAuthMethod {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenAuthMethod::None => "none",
+            TokenAuthMethod::ClientSecretPost => "client_secret_post",
+            TokenAuthMethod::ClientSecretBasic => "client_secret_basic",
+        }
+    }
+}
+
+/// OIDC `application_type`, used for loopback rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplicationType {
+    /// Runs on the person's machine (loopback and private-use redirects allowed).
+    Native,
+    /// Runs on a server.
+    Web,
+}
+
+/// The registration request body; unknown members are ignored (RFC 7591 §2).
+#[derive(Debug, Deserialize)]
+pub struct RegistrationRequest {
+    redirect_uris: Option<Vec<String>>,
+    client_name: Option<String>,
+    token_endpoint_auth_method: Option<String>,
+    grant_types: Option<Vec<String>>,
+    response_types: Option<Vec<String>>,
+    scope: Option<String>,
+    application_type: Option<String>,
+}
+
+/// Metadata that passed validation.
+#[derive(Debug, Clone)]
+pub struct ClientMetadata {
+    /// Display name (untrusted).
+    pub client_name: Option<String>,
+    /// Redirect URIs, verbatim.
+    pub redirect_uris: Vec<String>,
+    /// Token endpoint authentication.
+    pub auth_method: TokenAuthMethod,
+    /// Grant types.
+    pub grant_types: Vec<String>,
+    /// Scopes the client may ask for (`None`: any the server offers).
+    pub scope: Option<ScopeSet>,
+    /// Native or web.
+    pub application_type: ApplicationType,
+}
+
+const MAX_REDIRECTS: usize = 10;
+const MAX_NAME_CHARS: usize = 100;
+
+fn meta_err(d: &'static str) -> OAuthError {
+    OAuthError::new(ErrorCode::InvalidClientMetadata, d)
+}
+
+/// Validates a client name: printable, no control or bidirectional-override characters
+/// (which can make a name display differently from what it is), bounded length.
+fn validate_name(name: &str) -> Result<Option<String>, OAuthError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Ok(None);
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(meta_err("client_name is too long (at most 100 characters)"));
+    }
+    let bad = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    };
+    if name.chars().any(bad) {
+        return Err(meta_err(
+            "client_name contains control or bidirectional formatting characters",
+        ));
+    }
+    Ok(Some(name.to_owned()))
+}
+
+impl RegistrationRequest {
+    /// Validates against the scopes this server offers.
+    pub fn validate(self, offered: &ScopeSet) -> Result<ClientMetadata, OAuthError> {
+        let application_type = match self.application_type.as_deref() {
+            None | Some("web") => ApplicationType::Web,
+            Some("native") => ApplicationType::Native,
+            Some(_) => return Err(meta_err("application_type must be native or web")),
+        };
+        let uris = self.redirect_uris.unwrap_or_default();
+        if uris.is_empty() {
+            return Err(OAuthError::new(
+                ErrorCode::InvalidRedirectUri,
+                "at least one redirect_uri is required",
+            ));
+        }
+        if uris.len() > MAX_REDIRECTS {
+            return Err(OAuthError::new(
+                ErrorCode::InvalidRedirectUri,
+                "too many redirect_uris (at most 10)",
+            ));
+        }
+        let mut redirect_uris = Vec::with_capacity(uris.len());
+        for u in uris {
+            redirect::validate_for_registration(&u)
+                .map_err(|e| OAuthError::new(ErrorCode::InvalidRedirectUri, e.description()))?;
+            if !redirect_uris.contains(&u) {
+                redirect_uris.push(u);
+            }
+        }
+        let auth_method = match self.token_endpoint_auth_method.as_deref() {
+            // RFC 7591 §2: the default is client_secret_basic.
+            None | Some("client_secret_basic") => TokenAuthMethod::ClientSecretBasic,
+            Some("none") => TokenAuthMethod::None,
+            Some("client_secret_post") => TokenAuthMethod::ClientSecretPost,
+            Some(_) => {
+                return Err(meta_err(
+                    "token_endpoint_auth_method must be none, client_secret_basic or client_secret_post",
+                ));
+            }
+        };
+        let grant_types = self
+            .grant_types
+            .unwrap_or_else(|| vec!["authorization_code".to_owned()]);
+        if !grant_types.iter().any(|g| g == "authorization_code")
+            || grant_types
+                .iter()
+                .any(|g| g != "authorization_code" && g != "refresh_token")
+        {
+            return Err(meta_err(
+                "grant_types must include authorization_code and may add refresh_token",
+            ));
+        }
+        if let Some(rt) = &self.response_types
+            && rt.iter().any(|r| r != "code")
+        {
+            return Err(meta_err("response_types may only contain code"));
+        }
+        let scope = match self.scope.as_deref() {
+            None => None,
+            Some(s) => {
+                let set = ScopeSet::parse(s).map_err(|_| meta_err("scope is malformed"))?;
+                if !offered.covers(&set) {
+                    return Err(meta_err("scope names a scope this server does not offer"));
+                }
+                Some(set)
+            }
+        };
+        Ok(ClientMetadata {
+            client_name: match self.client_name {
+                Some(n) => validate_name(&n)?,
+                None => None,
+            },
+            redirect_uris,
+            auth_method,
+            grant_types,
+            scope,
+            application_type,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(json: &str) -> Result<ClientMetadata, OAuthError> {
+        let r: RegistrationRequest = serde_json::from_str(json).unwrap();
+        r.validate(&ScopeSet::parse("read:user repo").unwrap())
+    }
+
+    #[test]
+    fn minimal_public_client() {
+        let m = req(r#"{"redirect_uris":["http://127.0.0.1/cb"],"token_endpoint_auth_method":"none","client_name":"Claude"}"#).unwrap();
+        assert_eq!(m.auth_method, TokenAuthMethod::None);
+        assert_eq!(m.client_name.as_deref(), Some("Claude"));
+    }
+
+    #[test]
+    fn registration_rejects_dangerous_redirect_schemes() {
+        for u in [
+            "javascript:alert(1)",
+            "data:text/html,x",
+            "file:///etc/passwd",
+            "vbscript:x",
+            "http://evil.example/cb",
+        ] {
+            let e = req(&format!(r#"{{"redirect_uris":["{u}"]}}"#)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidRedirectUri, "{u}");
+        }
+        assert_eq!(
+            req(r#"{"redirect_uris":[]}"#).unwrap_err().code,
+            ErrorCode::InvalidRedirectUri
+        );
+        assert_eq!(
+            req(r#"{}"#).unwrap_err().code,
+            ErrorCode::InvalidRedirectUri
+        );
+    }
+
+    #[test]
+    fn registration_rejects_bidi_names_and_unknown_scopes() {
+        let e = req(
+            "{\"redirect_uris\":[\"https://a.example/cb\"],\"client_name\":\"Good\u{202E}lim\"}",
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidClientMetadata);
+        let e =
+            req(r#"{"redirect_uris":["https://a.example/cb"],"scope":"admin:org"}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidClientMetadata);
+        let e = req(
+            r#"{"redirect_uris":["https://a.example/cb"],"grant_types":["client_credentials"]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidClientMetadata);
+    }
+}

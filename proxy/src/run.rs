@@ -1,0 +1,122 @@
+//! Starting the server: everything that can fail is checked before a port is bound (keys,
+//! store), then the listener, the expiry sweeper and graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::app::App;
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::{Config, Keys};
+use crate::store::{SharedStore, SledStore};
+
+/// How often expired records are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// A start-up failure, reported before serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Keys could not be loaded or generated.
+    #[error("keys: {0}")]
+    Keys(String),
+    /// The store could not be opened.
+    #[error("store at {path}: {error}")]
+    Store {
+        /// Where.
+        path: String,
+        /// Why.
+        error: String,
+    },
+    /// The GitHub client could not be built.
+    #[error("GitHub client: {0}")]
+    GitHub(String),
+    /// Binding the port failed.
+    #[error("listen on {addr}: {error}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+/// Opens the store and loads keys, and builds the application; binds nothing.
+pub fn prepare(config: Config, clock: SharedClock) -> Result<App, StartError> {
+    crate::install_crypto_provider();
+    let keys = match &config.keys {
+        Some(k) => k.clone(),
+        None => Keys::load_or_generate(&config.store.path).map_err(StartError::Keys)?,
+    };
+    let store: SharedStore = Arc::new(SledStore::open(&config.store.path, clock.clone()).map_err(
+        |e| StartError::Store {
+            path: config.store.path.display().to_string(),
+            error: e.to_string(),
+        },
+    )?);
+    App::new(config, keys, store, clock).map_err(|e| StartError::GitHub(e.to_string()))
+}
+
+/// Spawns the background sweeper of expired records.
+pub fn spawn_sweeper(app: &App) -> tokio::task::JoinHandle<()> {
+    let store = app.store.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tick.tick().await;
+            match store.sweep_expired().await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(removed = n, "swept expired records"),
+                Err(e) => tracing::warn!(error = %e, "sweep failed"),
+            }
+        }
+    })
+}
+
+/// Binds and serves `app` until `shutdown`, then flushes the store.
+pub async fn serve_on(
+    addr: SocketAddr,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| StartError::Bind { addr, error })?;
+    let sweeper = spawn_sweeper(&app);
+    let store = app.store.clone();
+    tracing::info!(%addr, issuer = app.issuer(), "serving");
+    let result = crate::http::serve(listener, app, shutdown).await;
+    sweeper.abort();
+    if let Err(e) = store.flush().await {
+        tracing::error!(error = %e, "final flush failed");
+    }
+    result.map_err(|error| StartError::Bind { addr, error })
+}
+
+/// `serve`: the production entry point.
+pub async fn serve(config: Config) -> Result<(), StartError> {
+    let addr = config.listen;
+    let app = prepare(config, Arc::new(SystemClock))?;
+    serve_on(addr, app, shutdown_signal()).await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

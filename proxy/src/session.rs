@@ -1,0 +1,103 @@
+//! The proxy's own browser sessions: a random token in the `__Host-mcp-session` cookie,
+//! stored as a hash with the person and the time they signed in through GitHub.
+
+use crate::clock::UnixTime;
+use crate::config::SessionPolicy;
+use crate::cookies;
+use crate::crypto::{self, CryptoError};
+use crate::ids::{GitHubLogin, SessionToken, UserId};
+use crate::store::records::SessionRecord;
+use crate::store::{Keyspace, Store, StoreError, StoreExt};
+
+/// A signed-in browser.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Hash of the session token (for CSRF binding; never the token).
+    pub token_hash: String,
+    /// The record.
+    pub record: SessionRecord,
+}
+
+/// Proof that this browser's sign-in is fresh and the navigation is not cross-site, the
+/// conditions (with a remembered consent and a usable grant) for skipping the consent page.
+#[derive(Debug)]
+pub struct FreshSession {
+    /// The person.
+    pub user_id: UserId,
+}
+
+impl Session {
+    /// A [`FreshSession`] if the sign-in is recent enough and `Sec-Fetch-Site` is `none` or
+    /// `same-origin` (a cross-site navigation, or a browser that does not say, gets the page).
+    pub fn fresh_for_consent_skip(
+        &self,
+        now: UnixTime,
+        policy: &SessionPolicy,
+        sec_fetch_site: Option<&str>,
+    ) -> Option<FreshSession> {
+        let fresh = now.since(self.record.auth_time) <= policy.consent_skip_max_age_secs;
+        let not_cross_site = matches!(sec_fetch_site, Some("none" | "same-origin"));
+        (fresh && not_cross_site).then(|| FreshSession {
+            user_id: self.record.user_id.clone(),
+        })
+    }
+}
+
+/// The session named by the cookie, if live.
+pub async fn current(
+    store: &dyn Store,
+    cookie: Option<&str>,
+) -> Result<Option<Session>, StoreError> {
+    let Some(value) = cookie else { return Ok(None) };
+    let token_hash = SessionToken::new(value).hash();
+    let rec: Option<SessionRecord> = store.get_json(Keyspace::Sessions, &token_hash).await?;
+    Ok(rec.map(|record| Session { token_hash, record }))
+}
+
+/// Starts a session; returns its `Set-Cookie`.
+pub async fn start(
+    store: &dyn Store,
+    now: UnixTime,
+    policy: &SessionPolicy,
+    user_id: UserId,
+    login: GitHubLogin,
+) -> Result<String, SessionError> {
+    let token = SessionToken::new(crypto::random_token()?);
+    let rec = SessionRecord {
+        user_id,
+        login,
+        auth_time: now,
+    };
+    store
+        .put_json(
+            Keyspace::Sessions,
+            &token.hash(),
+            &rec,
+            Some(now.plus(policy.max_age_secs)),
+        )
+        .await?;
+    Ok(cookies::set(
+        cookies::SESSION_COOKIE,
+        token.secret(),
+        policy.max_age_secs,
+    ))
+}
+
+/// Ends a session; returns the clearing `Set-Cookie`.
+pub async fn end(store: &dyn Store, session: &Session) -> Result<String, StoreError> {
+    store
+        .remove(Keyspace::Sessions, &session.token_hash)
+        .await?;
+    Ok(cookies::clear(cookies::SESSION_COOKIE))
+}
+
+/// Session failures.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Storage.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Randomness.
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+}

@@ -1,0 +1,271 @@
+//! Storage behind one interface. Every operation is atomic on one key; every write is durable
+//! before it returns (sled flush; a PostgreSQL commit later), so a response that creates,
+//! consumes or revokes security state is never sent ahead of the data. Single use is `take`
+//! (remove-and-return), never read-then-delete. Expired records read as absent.
+
+pub mod records;
+mod sled_store;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::clock::UnixTime;
+pub use sled_store::SledStore;
+
+/// The keyspaces (tables). Names are stable on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Keyspace {
+    /// Registered MCP clients, by client id.
+    Clients,
+    /// Per-person consents, by `user|client|sha(redirect)`.
+    Consents,
+    /// Proxy browser sessions, by token hash.
+    Sessions,
+    /// Authorization transactions started at /authorize, by txn id.
+    Transactions,
+    /// States sent to GitHub, by hash.
+    UpstreamStates,
+    /// Authorization codes, by hash.
+    Codes,
+    /// Tombstones of redeemed codes (reuse detection), by hash.
+    UsedCodes,
+    /// Access tokens, by hash.
+    AccessTokens,
+    /// Refresh-token families, by family id.
+    RefreshFamilies,
+    /// Index `user|client|family` → (), to revoke a person's tokens for a client.
+    UserFamilies,
+    /// GitHub grants (sealed tokens), by user id.
+    Grants,
+    /// Audit events, by `time-random`.
+    Audit,
+    /// Redirect hosts that have completed a consent before, by host.
+    SeenRedirectHosts,
+}
+
+impl Keyspace {
+    /// All keyspaces, for sweeping.
+    pub const ALL: [Keyspace; 13] = [
+        Keyspace::Clients,
+        Keyspace::Consents,
+        Keyspace::Sessions,
+        Keyspace::Transactions,
+        Keyspace::UpstreamStates,
+        Keyspace::Codes,
+        Keyspace::UsedCodes,
+        Keyspace::AccessTokens,
+        Keyspace::RefreshFamilies,
+        Keyspace::UserFamilies,
+        Keyspace::Grants,
+        Keyspace::Audit,
+        Keyspace::SeenRedirectHosts,
+    ];
+
+    /// On-disk name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Keyspace::Clients => "clients",
+            Keyspace::Consents => "consents",
+            Keyspace::Sessions => "sessions",
+            Keyspace::Transactions => "transactions",
+            Keyspace::UpstreamStates => "upstream_states",
+            Keyspace::Codes => "codes",
+            Keyspace::UsedCodes => "used_codes",
+            Keyspace::AccessTokens => "access_tokens",
+            Keyspace::RefreshFamilies => "refresh_families",
+            Keyspace::UserFamilies => "user_families",
+            Keyspace::Grants => "grants",
+            Keyspace::Audit => "audit",
+            Keyspace::SeenRedirectHosts => "seen_redirect_hosts",
+        }
+    }
+}
+
+/// Storage failures. Always our side (500), never the caller's.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed.
+    #[error("store backend: {0}")]
+    Backend(String),
+    /// A stored value did not decode.
+    #[error("corrupt record in {0}")]
+    Corrupt(&'static str),
+}
+
+/// A stored value and its expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The payload.
+    pub value: Vec<u8>,
+    /// When it stops existing.
+    pub expires_at: Option<UnixTime>,
+}
+
+/// The storage interface. Implementations: [`SledStore`] (embedded default).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Reads a live record.
+    async fn get(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError>;
+    /// Writes a record unless a live one exists; true if written.
+    async fn insert_new(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        value: Vec<u8>,
+        expires_at: Option<UnixTime>,
+    ) -> Result<bool, StoreError>;
+    /// Writes a record, replacing any.
+    async fn put(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        value: Vec<u8>,
+        expires_at: Option<UnixTime>,
+    ) -> Result<(), StoreError>;
+    /// Atomically removes a record and returns it if it was live (single use).
+    async fn take(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError>;
+    /// Replaces `expected` with `new` (or deletes with `None`) only if the record still holds
+    /// exactly `expected`; true if swapped.
+    async fn compare_and_swap(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        expected: &Versioned,
+        new: Option<Versioned>,
+    ) -> Result<bool, StoreError>;
+    /// Removes a record (no error if absent).
+    async fn remove(&self, ks: Keyspace, key: &str) -> Result<(), StoreError>;
+    /// Live records whose key starts with `prefix`, in key order.
+    async fn scan_prefix(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+    ) -> Result<Vec<(String, Versioned)>, StoreError>;
+    /// Deletes expired records; returns how many.
+    async fn sweep_expired(&self) -> Result<u64, StoreError>;
+    /// Makes all writes so far durable.
+    async fn flush(&self) -> Result<(), StoreError>;
+}
+
+/// Shared store handle.
+pub type SharedStore = Arc<dyn Store>;
+
+/// Encodes a record.
+pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(v).map_err(|e| StoreError::Backend(format!("encode: {e}")))
+}
+
+/// Decodes a record.
+pub fn decode<T: DeserializeOwned>(ks: Keyspace, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|_| StoreError::Corrupt(ks.name()))
+}
+
+/// Typed helpers over any [`Store`].
+#[async_trait]
+pub trait StoreExt {
+    /// Reads and decodes.
+    async fn get_json<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+    ) -> Result<Option<T>, StoreError>;
+    /// Reads, keeping the raw version for a later compare-and-swap.
+    async fn get_versioned<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+    ) -> Result<Option<(T, Versioned)>, StoreError>;
+    /// Encodes and writes.
+    async fn put_json<T: Serialize + Sync>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        v: &T,
+        expires_at: Option<UnixTime>,
+    ) -> Result<(), StoreError>;
+    /// Encodes and writes unless present.
+    async fn insert_json<T: Serialize + Sync>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        v: &T,
+        expires_at: Option<UnixTime>,
+    ) -> Result<bool, StoreError>;
+    /// Atomically takes and decodes.
+    async fn take_json<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+    ) -> Result<Option<T>, StoreError>;
+    /// Decoded prefix scan.
+    async fn scan_json<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+    ) -> Result<Vec<(String, T)>, StoreError>;
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> StoreExt for S {
+    async fn get_json<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+    ) -> Result<Option<T>, StoreError> {
+        match self.get(ks, key).await? {
+            Some(v) => Ok(Some(decode(ks, &v.value)?)),
+            None => Ok(None),
+        }
+    }
+    async fn get_versioned<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+    ) -> Result<Option<(T, Versioned)>, StoreError> {
+        match self.get(ks, key).await? {
+            Some(v) => Ok(Some((decode(ks, &v.value)?, v))),
+            None => Ok(None),
+        }
+    }
+    async fn put_json<T: Serialize + Sync>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        v: &T,
+        expires_at: Option<UnixTime>,
+    ) -> Result<(), StoreError> {
+        self.put(ks, key, encode(v)?, expires_at).await
+    }
+    async fn insert_json<T: Serialize + Sync>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        v: &T,
+        expires_at: Option<UnixTime>,
+    ) -> Result<bool, StoreError> {
+        self.insert_new(ks, key, encode(v)?, expires_at).await
+    }
+    async fn take_json<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        key: &str,
+    ) -> Result<Option<T>, StoreError> {
+        match self.take(ks, key).await? {
+            Some(v) => Ok(Some(decode(ks, &v.value)?)),
+            None => Ok(None),
+        }
+    }
+    async fn scan_json<T: DeserializeOwned + Send>(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+    ) -> Result<Vec<(String, T)>, StoreError> {
+        let rows = self.scan_prefix(ks, prefix).await?;
+        rows.into_iter()
+            .map(|(k, v)| Ok((k, decode(ks, &v.value)?)))
+            .collect()
+    }
+}

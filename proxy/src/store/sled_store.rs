@@ -1,0 +1,345 @@
+//! The embedded default store on sled. Each value is `expiry (u64 BE, 0 = none) || payload`.
+//! Writes are followed by `flush_async`, which sled coalesces across concurrent callers (a
+//! flush waits for the log to become stable up to its own position), so concurrent requests
+//! share a flush instead of each paying for one.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+
+use super::{Keyspace, Store, StoreError, Versioned};
+use crate::clock::{SharedClock, UnixTime};
+
+/// sled-backed [`Store`].
+pub struct SledStore {
+    db: sled::Db,
+    trees: Vec<(Keyspace, sled::Tree)>,
+    clock: SharedClock,
+}
+
+fn backend(e: sled::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn pack(v: &Versioned) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + v.value.len());
+    out.extend_from_slice(&v.expires_at.map_or(0, |t| t.0).to_be_bytes());
+    out.extend_from_slice(&v.value);
+    out
+}
+
+fn unpack(raw: &[u8]) -> Option<Versioned> {
+    let (exp, value) = raw.split_at_checked(8)?;
+    let exp = u64::from_be_bytes(exp.try_into().ok()?);
+    Some(Versioned {
+        value: value.to_vec(),
+        expires_at: (exp != 0).then_some(UnixTime(exp)),
+    })
+}
+
+impl SledStore {
+    /// Opens (or creates) a store in `path`.
+    pub fn open(path: &Path, clock: SharedClock) -> Result<SledStore, StoreError> {
+        let db = sled::Config::new()
+            .path(path)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(backend)?;
+        SledStore::from_db(db, clock)
+    }
+
+    /// A store that lives in a temporary directory and disappears when dropped (tests).
+    pub fn temporary(clock: SharedClock) -> Result<SledStore, StoreError> {
+        let db = sled::Config::new()
+            .temporary(true)
+            .open()
+            .map_err(backend)?;
+        SledStore::from_db(db, clock)
+    }
+
+    fn from_db(db: sled::Db, clock: SharedClock) -> Result<SledStore, StoreError> {
+        let trees = Keyspace::ALL
+            .iter()
+            .map(|ks| Ok((*ks, db.open_tree(ks.name()).map_err(backend)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(SledStore { db, trees, clock })
+    }
+
+    fn tree(&self, ks: Keyspace) -> Result<&sled::Tree, StoreError> {
+        self.trees
+            .iter()
+            .find(|(k, _)| *k == ks)
+            .map(|(_, t)| t)
+            .ok_or_else(|| StoreError::Backend(format!("tree {} not open", ks.name())))
+    }
+
+    fn live(&self, raw: &[u8]) -> Option<Versioned> {
+        let v = unpack(raw)?;
+        match v.expires_at {
+            Some(exp) if exp <= self.clock.now() => None,
+            _ => Some(v),
+        }
+    }
+
+    async fn durable(&self) -> Result<(), StoreError> {
+        self.db.flush_async().await.map(|_| ()).map_err(backend)
+    }
+}
+
+#[async_trait]
+impl Store for SledStore {
+    async fn get(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let raw = self.tree(ks)?.get(key.as_bytes()).map_err(backend)?;
+        Ok(raw.and_then(|r| self.live(&r)))
+    }
+
+    async fn insert_new(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        value: Vec<u8>,
+        expires_at: Option<UnixTime>,
+    ) -> Result<bool, StoreError> {
+        let tree = self.tree(ks)?;
+        let new = pack(&Versioned { value, expires_at });
+        loop {
+            let current = tree.get(key.as_bytes()).map_err(backend)?;
+            if current.as_ref().is_some_and(|r| self.live(r).is_some()) {
+                return Ok(false);
+            }
+            // An expired leftover may be overwritten; the CAS keeps this atomic.
+            let swapped = tree
+                .compare_and_swap(key.as_bytes(), current, Some(new.clone()))
+                .map_err(backend)?;
+            if swapped.is_ok() {
+                self.durable().await?;
+                return Ok(true);
+            }
+        }
+    }
+
+    async fn put(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        value: Vec<u8>,
+        expires_at: Option<UnixTime>,
+    ) -> Result<(), StoreError> {
+        self.tree(ks)?
+            .insert(key.as_bytes(), pack(&Versioned { value, expires_at }))
+            .map_err(backend)?;
+        self.durable().await
+    }
+
+    async fn take(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let removed = self.tree(ks)?.remove(key.as_bytes()).map_err(backend)?;
+        let Some(raw) = removed else {
+            return Ok(None);
+        };
+        self.durable().await?;
+        Ok(self.live(&raw))
+    }
+
+    async fn compare_and_swap(
+        &self,
+        ks: Keyspace,
+        key: &str,
+        expected: &Versioned,
+        new: Option<Versioned>,
+    ) -> Result<bool, StoreError> {
+        let swapped = self
+            .tree(ks)?
+            .compare_and_swap(key.as_bytes(), Some(pack(expected)), new.as_ref().map(pack))
+            .map_err(backend)?;
+        if swapped.is_err() {
+            return Ok(false);
+        }
+        self.durable().await?;
+        Ok(true)
+    }
+
+    async fn remove(&self, ks: Keyspace, key: &str) -> Result<(), StoreError> {
+        self.tree(ks)?.remove(key.as_bytes()).map_err(backend)?;
+        self.durable().await
+    }
+
+    async fn scan_prefix(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+    ) -> Result<Vec<(String, Versioned)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.tree(ks)?.scan_prefix(prefix.as_bytes()) {
+            let (k, raw) = item.map_err(backend)?;
+            if let (Ok(k), Some(v)) = (String::from_utf8(k.to_vec()), self.live(&raw)) {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn sweep_expired(&self) -> Result<u64, StoreError> {
+        let now = self.clock.now();
+        let mut n = 0;
+        for (_, tree) in &self.trees {
+            for item in tree.iter() {
+                let (k, raw) = item.map_err(backend)?;
+                let expired = unpack(&raw)
+                    .and_then(|v| v.expires_at)
+                    .is_some_and(|exp| exp <= now);
+                // CAS on the exact bytes: a record rewritten meanwhile is left alone.
+                if expired
+                    && tree
+                        .compare_and_swap(&k, Some(raw), None as Option<&[u8]>)
+                        .map_err(backend)?
+                        .is_ok()
+                {
+                    n += 1;
+                }
+            }
+        }
+        if n > 0 {
+            self.durable().await?;
+        }
+        Ok(n)
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.durable().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::sync::Arc;
+
+    fn store() -> (Arc<SledStore>, Arc<ManualClock>) {
+        let clock = ManualClock::new(UnixTime(1_000));
+        (
+            Arc::new(SledStore::temporary(clock.clone()).unwrap()),
+            clock,
+        )
+    }
+
+    #[tokio::test]
+    async fn take_is_single_use_under_concurrency() {
+        let (s, _) = store();
+        s.put(Keyspace::Codes, "k", b"v".to_vec(), None)
+            .await
+            .unwrap();
+        let mut handles = Vec::new();
+        for _ in 0..32 {
+            let s = s.clone();
+            handles.push(tokio::spawn(async move {
+                s.take(Keyspace::Codes, "k").await.unwrap()
+            }));
+        }
+        let mut won = 0;
+        for h in handles {
+            if h.await.unwrap().is_some() {
+                won += 1;
+            }
+        }
+        assert_eq!(won, 1);
+    }
+
+    #[tokio::test]
+    async fn expired_records_read_as_absent_and_cannot_be_taken() {
+        let (s, clock) = store();
+        s.put(Keyspace::Codes, "k", b"v".to_vec(), Some(UnixTime(1_060)))
+            .await
+            .unwrap();
+        assert!(s.get(Keyspace::Codes, "k").await.unwrap().is_some());
+        clock.advance(60);
+        assert!(s.get(Keyspace::Codes, "k").await.unwrap().is_none());
+        assert!(s.take(Keyspace::Codes, "k").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn insert_new_refuses_a_live_record_but_replaces_an_expired_one() {
+        let (s, clock) = store();
+        assert!(
+            s.insert_new(Keyspace::Clients, "c", b"1".to_vec(), Some(UnixTime(1_010)))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.insert_new(Keyspace::Clients, "c", b"2".to_vec(), None)
+                .await
+                .unwrap()
+        );
+        clock.advance(10);
+        assert!(
+            s.insert_new(Keyspace::Clients, "c", b"3".to_vec(), None)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            s.get(Keyspace::Clients, "c").await.unwrap().unwrap().value,
+            b"3"
+        );
+    }
+
+    #[tokio::test]
+    async fn compare_and_swap_fails_on_a_changed_record() {
+        let (s, _) = store();
+        s.put(Keyspace::RefreshFamilies, "f", b"a".to_vec(), None)
+            .await
+            .unwrap();
+        let v = s
+            .get(Keyspace::RefreshFamilies, "f")
+            .await
+            .unwrap()
+            .unwrap();
+        let next = Versioned {
+            value: b"b".to_vec(),
+            expires_at: None,
+        };
+        assert!(
+            s.compare_and_swap(Keyspace::RefreshFamilies, "f", &v, Some(next.clone()))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.compare_and_swap(Keyspace::RefreshFamilies, "f", &v, Some(next))
+                .await
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn sweep_removes_only_expired() {
+        let (s, clock) = store();
+        s.put(Keyspace::Codes, "old", b"x".to_vec(), Some(UnixTime(1_001)))
+            .await
+            .unwrap();
+        s.put(Keyspace::Codes, "new", b"x".to_vec(), Some(UnixTime(9_999)))
+            .await
+            .unwrap();
+        s.put(Keyspace::Clients, "forever", b"x".to_vec(), None)
+            .await
+            .unwrap();
+        clock.advance(5);
+        assert_eq!(s.sweep_expired().await.unwrap(), 1);
+        assert_eq!(s.scan_prefix(Keyspace::Codes, "").await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn data_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(UnixTime(1_000));
+        {
+            let s = SledStore::open(dir.path(), clock.clone()).unwrap();
+            s.put(Keyspace::Clients, "c", b"kept".to_vec(), None)
+                .await
+                .unwrap();
+        }
+        let s = SledStore::open(dir.path(), clock).unwrap();
+        assert_eq!(
+            s.get(Keyspace::Clients, "c").await.unwrap().unwrap().value,
+            b"kept"
+        );
+    }
+}
