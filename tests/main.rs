@@ -1,1 +1,28 @@
+//! The integration suite: one binary, a module per topic. Every test talks real HTTP to a real
+//! proxy on an ephemeral port, with the fake GitHub behind it. Security tests are named after
+//! the attack they stop and assert the exact rejection and that no state changed.
 
+// This whole binary is test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+mod bindings {
+    mod audience;
+    mod browser_state;
+    mod consent_cookie;
+    mod consent_registry;
+    mod issuer;
+    mod redirect;
+}
+
+mod flows {
+    mod account;
+    mod consent_form;
+    mod dcr;
+    mod happy_path;
+    mod logs;
+    mod metadata;
+    mod refresh;
+    mod token;
+}

@@ -175,7 +175,9 @@ pub async fn token(
                 let decision =
                     grant::decide(&fam, &presented, now, app.config.tokens.refresh_grace_secs);
                 match decision {
-                    RefreshDecision::Revoked => return Err(INVALID_GRANT.into()),
+                    RefreshDecision::Revoked | RefreshDecision::GraceExhausted => {
+                        return Err(INVALID_GRANT.into());
+                    }
                     RefreshDecision::Reuse => {
                         let dead = grant::apply(&fam, decision, &presented, String::new(), now);
                         let v = Versioned {

@@ -95,6 +95,9 @@ pub enum RefreshDecision {
     Rotate,
     /// The immediately previous token inside the grace window: issue a sibling.
     GraceSibling,
+    /// The previous token inside the window, but its siblings are used up: refuse without
+    /// revoking (a client racing itself is not a thief).
+    GraceExhausted,
     /// An older token (or the previous one too late): revoke the family.
     Reuse,
     /// The family is already revoked.
@@ -116,14 +119,17 @@ pub fn decide(
         return RefreshDecision::Rotate;
     }
     let in_grace = now.since(family.rotated_at) <= grace_secs;
-    if family.previous.as_deref().is_some_and(is) && in_grace && family.current.len() < MAX_SIBLINGS
-    {
-        return RefreshDecision::GraceSibling;
+    if family.previous.as_deref().is_some_and(is) && in_grace {
+        return if family.current.len() < MAX_SIBLINGS {
+            RefreshDecision::GraceSibling
+        } else {
+            RefreshDecision::GraceExhausted
+        };
     }
     RefreshDecision::Reuse
 }
 
-/// The family after a decision; `None` for decisions that issue nothing.
+/// The family after a decision.
 pub fn apply(
     family: &FamilyRecord,
     decision: RefreshDecision,
@@ -139,13 +145,14 @@ pub fn apply(
             next.rotated_at = now;
         }
         RefreshDecision::GraceSibling => next.current.push(new_hash),
-        RefreshDecision::Reuse | RefreshDecision::Revoked => next.revoked = true,
+        RefreshDecision::Reuse => next.revoked = true,
+        RefreshDecision::GraceExhausted | RefreshDecision::Revoked => {}
     }
     next
 }
 
-/// RFC 6749 §5.1 token response.
-#[derive(Debug, Serialize)]
+/// RFC 6749 §5.1 token response. Its `Debug` shows no token.
+#[derive(Serialize)]
 pub struct TokenResponse {
     /// The access token.
     pub access_token: String,
@@ -158,6 +165,20 @@ pub struct TokenResponse {
     pub refresh_token: Option<String>,
     /// Granted scopes.
     pub scope: String,
+}
+
+impl std::fmt::Debug for TokenResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenResponse")
+            .field("access_token", &"[redacted]")
+            .field(
+                "refresh_token",
+                &self.refresh_token.as_ref().map(|_| "[redacted]"),
+            )
+            .field("expires_in", &self.expires_in)
+            .field("scope", &self.scope)
+            .finish()
+    }
 }
 
 #[cfg(test)]
@@ -249,7 +270,31 @@ mod tests {
                 UnixTime(201),
             );
         }
-        assert_eq!(decide(&f, "h1", UnixTime(201), 30), RefreshDecision::Reuse);
+        assert_eq!(
+            decide(&f, "h1", UnixTime(201), 30),
+            RefreshDecision::GraceExhausted
+        );
+        let same = apply(
+            &f,
+            RefreshDecision::GraceExhausted,
+            "h1",
+            String::new(),
+            UnixTime(201),
+        );
+        assert_eq!(same, f, "exhausted grace changes nothing");
+    }
+
+    #[test]
+    fn token_response_debug_is_redacted() {
+        let r = TokenResponse {
+            access_token: "mcpat_secret".into(),
+            token_type: "Bearer",
+            expires_in: 1,
+            refresh_token: Some("mcprt_secret".into()),
+            scope: String::new(),
+        };
+        let d = format!("{r:?}");
+        assert!(!d.contains("secret"), "{d}");
     }
 
     #[test]

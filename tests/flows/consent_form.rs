@@ -1,0 +1,96 @@
+//! The consent form accepts only submissions from the proxy's own page.
+
+use crate::support::{Browser, Client, Pkce, TestProxy};
+use mcp_oauth_proxy::store::Keyspace;
+
+/// An attacker starts a flow for their own client, reads the consent form's fields from
+/// their own browser, and makes the victim's browser POST "approve" from their site. Refused
+/// before anything is taken or created.
+#[tokio::test]
+async fn cross_site_consent_post_is_rejected() {
+    let proxy = TestProxy::start().await;
+    let evil = Client::register(&proxy, "Triage Helper", "https://attacker.example/steal").await;
+    let attacker = Browser::new();
+    let page = attacker
+        .navigate(&evil.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    let txn = page.hidden("txn").unwrap();
+    let csrf = page.hidden("csrf").unwrap();
+    let victim = Browser::signed_in_at_github("alice");
+    let fields = [
+        ("txn", txn.as_str()),
+        ("csrf", csrf.as_str()),
+        ("decision", "approve"),
+    ];
+    for (origin, site) in [
+        ("https://attacker.example", "cross-site"),
+        ("https://attacker.example", "same-site"),
+        ("null", "cross-site"),
+    ] {
+        let r = victim
+            .post_form(&proxy.url("/consent"), &fields, origin, site)
+            .await;
+        assert_eq!(r.status, 403, "{origin} {site}");
+        assert!(r.location().is_none());
+        assert!(r.set_cookies().is_empty());
+    }
+    assert_eq!(
+        proxy.count(Keyspace::Transactions).await,
+        1,
+        "the transaction is still there, untouched"
+    );
+    assert_eq!(proxy.count(Keyspace::UpstreamStates).await, 0);
+}
+
+#[tokio::test]
+async fn consent_csrf_token_of_another_transaction_is_rejected() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let browser = Browser::new();
+    let p1 = browser
+        .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    let p2 = browser
+        .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    let r = browser
+        .post_form(
+            &proxy.url("/consent"),
+            &[
+                ("txn", &p1.hidden("txn").unwrap()),
+                ("csrf", &p2.hidden("csrf").unwrap()),
+                ("decision", "approve"),
+            ],
+            &proxy.base,
+            "same-origin",
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(proxy.count(Keyspace::Transactions).await, 2);
+    // Loading the page twice does not break the first tab (a known failure elsewhere).
+    assert_eq!(
+        crate::support::client::decide(&proxy, &browser, &p1, "approve")
+            .await
+            .status,
+        303
+    );
+}
+
+#[tokio::test]
+async fn consent_page_cannot_be_framed_and_is_not_cached() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let page = Browser::new()
+        .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    assert_eq!(page.headers["x-frame-options"], "DENY");
+    let csp = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'"));
+    assert!(csp.contains("default-src 'none'"));
+    assert!(
+        !csp.contains("form-action"),
+        "consent CSP must not restrict the approval redirect"
+    );
+    assert_eq!(page.headers["cache-control"], "no-store");
+    assert_eq!(page.headers["referrer-policy"], "no-referrer");
+}

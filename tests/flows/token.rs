@@ -1,0 +1,227 @@
+//! The token endpoint: single-use codes under concurrency, client binding, PKCE, reuse.
+
+use crate::support::{Browser, Client, Pkce, TestProxy};
+use mcp_oauth_proxy::flows::access::{self, TokenRejection};
+use mcp_oauth_proxy::store::Keyspace;
+
+#[tokio::test]
+async fn concurrent_redemptions_of_one_code_exactly_one_succeeds() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let pkce = Pkce::new();
+    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
+    let proxy = std::sync::Arc::new(proxy);
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (p, c, code, pkce) = (proxy.clone(), c.clone(), code.clone(), pkce.clone());
+        tasks.push(tokio::spawn(async move {
+            c.redeem(&p, &code, &pkce, &[]).await
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let r = t.await.unwrap();
+        match r.status {
+            200 => ok += 1,
+            400 => assert_eq!(r.error(), "invalid_grant"),
+            s => panic!("unexpected {s}: {:?}", r.json),
+        }
+    }
+    assert_eq!(ok, 1);
+    assert_eq!(proxy.count(Keyspace::RefreshFamilies).await, 1);
+}
+
+#[tokio::test]
+async fn code_redeemed_by_another_client_is_rejected_and_stays_redeemable() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let thief = Client::register(&proxy, "Thief", "https://app.example/callback").await;
+    let pkce = Pkce::new();
+    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
+    let r = thief.redeem(&proxy, &code, &pkce, &[]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error(), "invalid_grant");
+    assert_eq!(proxy.count(Keyspace::AccessTokens).await, 0);
+    assert_eq!(c.redeem(&proxy, &code, &pkce, &[]).await.status, 200);
+}
+
+#[tokio::test]
+async fn code_without_or_with_wrong_verifier_is_rejected() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let pkce = Pkce::new();
+    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
+    assert_eq!(
+        c.redeem(&proxy, &code, &pkce, &[("code_verifier", "")])
+            .await
+            .error(),
+        "invalid_grant"
+    );
+    let wrong = Pkce::new();
+    assert_eq!(
+        c.redeem(&proxy, &code, &pkce, &[("code_verifier", &wrong.verifier)])
+            .await
+            .error(),
+        "invalid_grant"
+    );
+    // `plain` downgrade: the challenge itself as verifier.
+    assert_eq!(
+        c.redeem(&proxy, &code, &pkce, &[("code_verifier", &pkce.challenge)])
+            .await
+            .error(),
+        "invalid_grant"
+    );
+    assert_eq!(
+        c.redeem(
+            &proxy,
+            &code,
+            &pkce,
+            &[("redirect_uri", "https://app.example/other")]
+        )
+        .await
+        .error(),
+        "invalid_grant"
+    );
+    assert_eq!(proxy.count(Keyspace::AccessTokens).await, 0);
+    assert_eq!(c.redeem(&proxy, &code, &pkce, &[]).await.status, 200);
+}
+
+/// A code presented a second time (it leaked) revokes the tokens the first redemption got
+/// (OAuth 2.1 §4.1.3).
+#[tokio::test]
+async fn replayed_code_revokes_tokens_issued_from_it() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let pkce = Pkce::new();
+    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
+    let t = c.redeem(&proxy, &code, &pkce, &[]).await;
+    let access = t.json["access_token"].as_str().unwrap();
+    let again = c.redeem(&proxy, &code, &pkce, &[]).await;
+    assert_eq!(again.error(), "invalid_grant");
+    assert_eq!(
+        access::authenticate(&proxy.app, access)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        TokenRejection::Revoked
+    );
+    assert_eq!(
+        c.refresh(&proxy, t.json["refresh_token"].as_str().unwrap(), &[])
+            .await
+            .error(),
+        "invalid_grant"
+    );
+    assert!(proxy.audit_events().await.iter().any(|e| e == "code_reuse"));
+}
+
+#[tokio::test]
+async fn expired_code_is_rejected() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let pkce = Pkce::new();
+    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
+    proxy.clock.advance(61);
+    assert_eq!(
+        c.redeem(&proxy, &code, &pkce, &[]).await.error(),
+        "invalid_grant"
+    );
+}
+
+#[tokio::test]
+async fn token_endpoint_errors_are_oauth_shaped() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let unknown = Client {
+        id: "mcpc_nobody".into(),
+        secret: None,
+        redirect_uri: c.redirect_uri.clone(),
+    };
+    let r = unknown
+        .token(
+            &proxy,
+            &[("grant_type", "authorization_code"), ("code", "x")],
+        )
+        .await;
+    assert_eq!((r.status, r.error()), (401, "invalid_client"));
+    let r = c
+        .token(&proxy, &[("grant_type", "password"), ("username", "a")])
+        .await;
+    assert_eq!((r.status, r.error()), (400, "unsupported_grant_type"));
+    let r = c
+        .token(
+            &proxy,
+            &[
+                ("grant_type", "authorization_code"),
+                ("code", "a"),
+                ("code", "b"),
+            ],
+        )
+        .await;
+    assert_eq!((r.status, r.error()), (400, "invalid_request"));
+    // A public client may not present a secret it never had.
+    let r = c
+        .token(
+            &proxy,
+            &[
+                ("grant_type", "authorization_code"),
+                ("code", "x"),
+                ("client_secret", "guess"),
+            ],
+        )
+        .await;
+    assert_eq!((r.status, r.error()), (401, "invalid_client"));
+    let r = crate::support::http()
+        .post(proxy.url("/token"))
+        .body("grant_type=x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "a body that is not a form");
+    assert_eq!(r.headers()["cache-control"], "no-store");
+}
+
+#[tokio::test]
+async fn confidential_client_must_present_its_secret() {
+    let proxy = TestProxy::start().await;
+    let r = crate::support::client::register_raw(
+        &proxy,
+        serde_json::json!({"client_name": "Server App", "redirect_uris": ["https://srv.example/cb"], "grant_types": ["authorization_code", "refresh_token"]}),
+    )
+    .await;
+    assert_eq!(r.json["token_endpoint_auth_method"], "client_secret_basic");
+    let secret = r.json["client_secret"].as_str().unwrap().to_owned();
+    let mut c = Client {
+        id: r.json["client_id"].as_str().unwrap().into(),
+        secret: None,
+        redirect_uri: "https://srv.example/cb".into(),
+    };
+    let pkce = Pkce::new();
+    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
+    assert_eq!(
+        c.redeem(&proxy, &code, &pkce, &[]).await.error(),
+        "invalid_client"
+    );
+    c.secret = Some("mcpc_secret_wrong".into());
+    assert_eq!(
+        c.redeem(&proxy, &code, &pkce, &[]).await.error(),
+        "invalid_client"
+    );
+    c.secret = Some(secret.clone());
+    assert_eq!(c.redeem(&proxy, &code, &pkce, &[]).await.status, 200);
+    // HTTP Basic works too.
+    let pkce = Pkce::new();
+    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
+    let resp = crate::support::http()
+        .post(proxy.url("/token"))
+        .basic_auth(&c.id, Some(&secret))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("code_verifier", &pkce.verifier),
+            ("redirect_uri", "https://srv.example/cb"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}

@@ -1,0 +1,214 @@
+//! A browser: one cookie jar shared by every 127.0.0.1 port (cookies are not isolated by
+//! port), `Sec-Fetch-Site` and `Origin` like a real browser sends them, and no automatic
+//! redirects so each hop can be inspected. `Secure` cookies are kept over plain-HTTP
+//! loopback, as Chromium does for `http://127.0.0.1`.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
+
+/// A response, read fully.
+#[derive(Debug)]
+pub struct Resp {
+    /// Status.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body text.
+    pub body: String,
+}
+
+impl Resp {
+    /// `Location`, if any.
+    pub fn location(&self) -> Option<String> {
+        self.headers
+            .get(LOCATION)
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+    /// All `Set-Cookie` values.
+    pub fn set_cookies(&self) -> Vec<String> {
+        self.headers
+            .get_all(SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect()
+    }
+    /// The value of `<input type="hidden" name="NAME" value="...">` in the page.
+    pub fn hidden(&self, name: &str) -> Option<String> {
+        let needle = format!("name=\"{name}\" value=\"");
+        let start = self.body.find(&needle)? + needle.len();
+        let end = self.body[start..].find('"')?;
+        Some(self.body[start..start + end].to_owned())
+    }
+}
+
+/// A browser with its own cookie jar.
+pub struct Browser {
+    client: reqwest::Client,
+    jar: Mutex<BTreeMap<String, String>>,
+}
+
+impl Default for Browser {
+    fn default() -> Self {
+        Browser::new()
+    }
+}
+
+impl Browser {
+    /// A fresh browser.
+    pub fn new() -> Browser {
+        Browser {
+            client: super::http(),
+            jar: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A browser already signed in at the fake GitHub as `login`.
+    pub fn signed_in_at_github(login: &str) -> Browser {
+        let b = Browser::new();
+        b.set_cookie("fgh_user", login);
+        b
+    }
+
+    /// Sets a cookie by hand.
+    pub fn set_cookie(&self, name: &str, value: &str) {
+        self.jar
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), value.to_owned());
+    }
+
+    /// A cookie's current value.
+    pub fn cookie(&self, name: &str) -> Option<String> {
+        self.jar.lock().unwrap().get(name).cloned()
+    }
+
+    fn cookie_header(&self) -> String {
+        self.jar
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn store_cookies(&self, resp: &reqwest::Response) {
+        let mut jar = self.jar.lock().unwrap();
+        for v in resp.headers().get_all(SET_COOKIE) {
+            let s = v.to_str().unwrap();
+            let first = s.split(';').next().unwrap();
+            let (name, value) = first.split_once('=').unwrap();
+            let expired = s
+                .split(';')
+                .any(|a| a.trim().eq_ignore_ascii_case("Max-Age=0"));
+            if expired || value.is_empty() {
+                jar.remove(name.trim());
+            } else {
+                jar.insert(name.trim().to_owned(), value.to_owned());
+            }
+        }
+    }
+
+    async fn finish(&self, resp: reqwest::Response) -> Resp {
+        self.store_cookies(&resp);
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.text().await.unwrap();
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// A top-level navigation. `site` is the `Sec-Fetch-Site` the browser would send
+    /// (`none` for a typed or app-opened URL, `cross-site` for a link on another site).
+    pub async fn navigate(&self, url: &str, site: &str) -> Resp {
+        let resp = self
+            .client
+            .get(url)
+            .header("cookie", self.cookie_header())
+            .header("sec-fetch-site", site)
+            .header("sec-fetch-mode", "navigate")
+            .send()
+            .await
+            .unwrap();
+        self.finish(resp).await
+    }
+
+    /// A form POST from a page on `origin`, with the `Sec-Fetch-Site` a browser would send.
+    pub async fn post_form(
+        &self,
+        url: &str,
+        fields: &[(&str, &str)],
+        origin: &str,
+        site: &str,
+    ) -> Resp {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let resp = self
+            .client
+            .post(url)
+            .header("cookie", self.cookie_header())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("origin", origin)
+            .header("sec-fetch-site", site)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        self.finish(resp).await
+    }
+
+    /// Follows a GitHub authorize URL the way a person would: pick `login` if asked, approve
+    /// GitHub's own consent screen if shown. Returns the redirect GitHub sends back.
+    pub async fn through_github(&self, authorize_url: &str, login: &str) -> Resp {
+        let params: Vec<(String, String)> = url::Url::parse(authorize_url)
+            .unwrap()
+            .query_pairs()
+            .into_owned()
+            .collect();
+        let base = {
+            let u = url::Url::parse(authorize_url).unwrap();
+            format!("{}://{}", u.scheme(), u.host_str().unwrap())
+                + &u.port().map(|p| format!(":{p}")).unwrap_or_default()
+        };
+        let mut resp = self.navigate(authorize_url, "cross-site").await;
+        if resp.status == 200 && resp.body.contains("action=\"/login\"") {
+            let mut fields: Vec<(&str, &str)> = params
+                .iter()
+                .filter(|(k, _)| k != "prompt" && k != "login")
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            fields.push(("login", login));
+            resp = self
+                .post_form(&format!("{base}/login"), &fields, &base, "same-origin")
+                .await;
+        }
+        if resp.status == 200 && resp.body.contains("/login/oauth/authorize/decision") {
+            let mut fields: Vec<(&str, &str)> = params
+                .iter()
+                .filter(|(k, _)| k != "prompt" && k != "login")
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            fields.push(("decision", "approve"));
+            resp = self
+                .post_form(
+                    &format!("{base}/login/oauth/authorize/decision"),
+                    &fields,
+                    &base,
+                    "same-origin",
+                )
+                .await;
+        }
+        assert_eq!(
+            resp.status, 302,
+            "GitHub should redirect back: {}",
+            resp.body
+        );
+        resp
+    }
+}

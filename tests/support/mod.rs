@@ -1,0 +1,144 @@
+//! Fixtures: a real proxy on an ephemeral loopback port (with an injected clock and a
+//! temporary sled store), the fake GitHub, browsers with their own cookie jars, and an MCP
+//! client that registers and redeems codes over real HTTP.
+
+pub mod browser;
+pub mod client;
+pub mod logs;
+
+use std::sync::Arc;
+
+use fake_github::{FakeGitHub, FakeGitHubConfig};
+use mcp_oauth_proxy::app::App;
+use mcp_oauth_proxy::clock::{Clock, ManualClock, SystemClock};
+use mcp_oauth_proxy::config::{Config, Keys};
+use mcp_oauth_proxy::store::{Keyspace, SharedStore, SledStore};
+
+pub use browser::Browser;
+pub use client::{Client, Pkce};
+
+/// A running proxy and its fake GitHub.
+pub struct TestProxy {
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    /// The proxy's application state (to inspect the store and audit trail).
+    pub app: App,
+    /// The proxy's clock.
+    pub clock: Arc<ManualClock>,
+    /// The fake GitHub.
+    pub github: FakeGitHub,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Options for a test proxy.
+#[derive(Default)]
+pub struct Options {
+    /// Extra TOML appended to the config (e.g. a `[tokens]` section).
+    pub extra_toml: String,
+}
+
+impl TestProxy {
+    /// Starts with defaults.
+    pub async fn start() -> TestProxy {
+        TestProxy::start_with(Options::default()).await
+    }
+
+    /// Starts with options.
+    pub async fn start_with(opts: Options) -> TestProxy {
+        logs::init();
+        mcp_oauth_proxy::install_crypto_provider();
+        let github = FakeGitHub::start(FakeGitHubConfig::demo(
+            "gh-client-id",
+            "gh-client-secret",
+            "http://127.0.0.1:1/unset",
+        ))
+        .await
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let base = format!("http://{addr}");
+        github.set_callback_url(&format!("{base}/callback/github"));
+        let toml = format!(
+            r#"
+[server]
+public_url = "{base}"
+listen = "{addr}"
+[github]
+client_id = "gh-client-id"
+client_secret = "gh-client-secret"
+scopes = ["read:user", "repo"]
+authorize_url = "{a}"
+token_url = "{t}"
+api_url = "{api}"
+[store]
+path = "/nonexistent-tests-use-a-temporary-store"
+{extra}
+"#,
+            a = github.authorize_url(),
+            t = github.token_url(),
+            api = github.api_url(),
+            extra = opts.extra_toml,
+        );
+        let config = Config::from_toml(&toml, &std::collections::HashMap::new()).unwrap();
+        // The fake GitHub keeps real time; start the proxy's clock there and move it by hand.
+        let clock = ManualClock::new(SystemClock.now());
+        let store: SharedStore = Arc::new(SledStore::temporary(clock.clone()).unwrap());
+        let app = App::new(config, Keys::generate().unwrap(), store, clock.clone()).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = app.clone();
+        tokio::spawn(async move {
+            mcp_oauth_proxy::http::serve(listener, serving, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        TestProxy {
+            base,
+            app,
+            clock,
+            github,
+            _stop: tx,
+        }
+    }
+
+    /// `base + path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Number of live records in a keyspace.
+    pub async fn count(&self, ks: Keyspace) -> usize {
+        self.app.store.scan_prefix(ks, "").await.unwrap().len()
+    }
+
+    /// The audit events' names, in order.
+    pub async fn audit_events(&self) -> Vec<String> {
+        self.app
+            .audit
+            .all()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.event["event"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+/// A reqwest client that never follows redirects.
+pub fn http() -> reqwest::Client {
+    mcp_oauth_proxy::install_crypto_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The value of query parameter `name` in `url`.
+pub fn query_param(url: &str, name: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()?
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
