@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use fake_github::{FakeGitHub, FakeGitHubConfig};
+use mcp_examples::{FakeGitHub, FakeGitHubConfig};
 
 use crate::clock::SystemClock;
 use crate::config::{Config, Env};

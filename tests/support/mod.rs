@@ -8,7 +8,7 @@ pub mod logs;
 
 use std::sync::Arc;
 
-use fake_github::{FakeGitHub, FakeGitHubConfig};
+use mcp_examples::{FakeGitHub, FakeGitHubConfig};
 use mcp_oauth_proxy::app::App;
 use mcp_oauth_proxy::clock::{Clock, ManualClock, SystemClock};
 use mcp_oauth_proxy::config::{Config, Keys};
