@@ -33,6 +33,8 @@ pub struct Inner {
     pub audit: Audit,
     /// Scopes MCP clients may ask for (the GitHub scopes configured).
     pub offered_scopes: ScopeSet,
+    /// HTTP client toward the backend MCP server, if one is configured.
+    pub backend_http: Option<reqwest::Client>,
 }
 
 impl std::ops::Deref for App {
@@ -59,7 +61,15 @@ impl App {
         );
         let audit = Audit::new(store.clone(), clock.clone());
         let offered_scopes = ScopeSet::from_list(config.github.scopes.iter().cloned());
+        let backend_http = match &config.backend {
+            Some(b) => Some(
+                crate::gateway::forward::backend_client(b)
+                    .map_err(|e| GitHubError::Unavailable(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(App(Arc::new(Inner {
+            backend_http,
             config,
             keys,
             store,

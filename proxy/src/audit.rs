@@ -117,6 +117,31 @@ pub enum AuditEvent {
         /// "access_token" or "refresh_token".
         kind: &'static str,
     },
+    /// A token was refused at `/mcp`.
+    TokenRejected {
+        /// "missing", "unknown", "revoked", "wrong_audience", "insufficient_scope", "in_query".
+        reason: &'static str,
+    },
+    /// A request presented an MCP session or request state that is not the caller's.
+    HandleRejected {
+        /// Person presenting it.
+        user_id: UserId,
+        /// Client presenting it.
+        client_id: ClientId,
+        /// "session" or "request_state".
+        kind: &'static str,
+    },
+    /// A `tools/call` forwarded to the backend, and what became of it (never its arguments).
+    UpstreamAction {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Tool name.
+        tool: String,
+        /// "ok", "tool_error", "error", "input_required", "cancelled", "backend_error", or an HTTP status.
+        outcome: String,
+    },
     /// A person revoked a client on the account page.
     ClientAccessRevoked {
         /// Person.

@@ -52,6 +52,26 @@ struct RawConfig {
     tokens: RawTokens,
     #[serde(default)]
     session: RawSession,
+    backend: Option<RawBackend>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    url: String,
+    #[serde(default = "default_backend_auth")]
+    auth: String,
+    #[serde(default)]
+    required_scopes: Vec<String>,
+    #[serde(default = "default_connect_timeout")]
+    connect_timeout_secs: u64,
+}
+
+fn default_backend_auth() -> String {
+    "github_token".to_owned()
+}
+fn default_connect_timeout() -> u64 {
+    10
 }
 
 #[derive(Debug, Deserialize)]
@@ -61,6 +81,8 @@ struct RawServer {
     #[serde(default = "default_listen")]
     listen: String,
     resource_name: Option<String>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
 }
 
 fn default_listen() -> String {
@@ -183,6 +205,30 @@ pub struct Config {
     pub tokens: TokenPolicy,
     /// Browser session policy.
     pub session: SessionPolicy,
+    /// Origins (besides the proxy's own) allowed to call `/mcp` from a browser.
+    pub allowed_origins: Vec<String>,
+    /// The backend MCP server behind `/mcp`, if configured.
+    pub backend: Option<BackendConfig>,
+}
+
+/// What the backend receives as its credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendAuth {
+    /// The person's GitHub token as a Bearer token.
+    GitHubToken,
+}
+
+/// The backend MCP server (Streamable HTTP).
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    /// Its MCP endpoint.
+    pub url: Url,
+    /// What it receives.
+    pub auth: BackendAuth,
+    /// Scopes every token must carry to use `/mcp`.
+    pub required_scopes: Vec<String>,
+    /// Connection timeout (streams themselves have none).
+    pub connect_timeout_secs: u64,
 }
 
 /// The proxy's public URL: the OAuth issuer; the MCP resource is this plus `/mcp`.
@@ -657,9 +703,68 @@ impl Config {
             errs.push("session.consent_skip_max_age_secs: must not exceed max_age_secs".to_owned());
         }
 
+        let mut allowed_origins = Vec::new();
+        for o in server
+            .map(|s| s.allowed_origins.as_slice())
+            .unwrap_or_default()
+        {
+            match Url::parse(o) {
+                Ok(u)
+                    if matches!(u.scheme(), "https" | "http")
+                        && u.path() == "/"
+                        && u.query().is_none() =>
+                {
+                    allowed_origins.push(u.origin().ascii_serialization());
+                }
+                _ => errs.push(format!(
+                    "server.allowed_origins: {o:?} is not an origin like https://app.example.com"
+                )),
+            }
+        }
+        let backend = raw.backend.as_ref().and_then(|b| {
+            let url = match Url::parse(&b.url) {
+                Ok(u) if matches!(u.scheme(), "https" | "http") => Some(u),
+                Ok(_) => {
+                    errs.push("backend.url: must be http:// or https://".to_owned());
+                    None
+                }
+                Err(e) => {
+                    errs.push(format!("backend.url: {e}"));
+                    None
+                }
+            };
+            let auth = match b.auth.as_str() {
+                "github_token" => Some(BackendAuth::GitHubToken),
+                other => {
+                    errs.push(format!(
+                        "backend.auth: {other:?} is not supported (use \"github_token\")"
+                    ));
+                    None
+                }
+            };
+            if b.connect_timeout_secs == 0 || b.connect_timeout_secs > 120 {
+                errs.push("backend.connect_timeout_secs: between 1 and 120".to_owned());
+            }
+            Some(BackendConfig {
+                url: url?,
+                auth: auth?,
+                required_scopes: b.required_scopes.clone(),
+                connect_timeout_secs: b.connect_timeout_secs,
+            })
+        });
+        if let (Some(b), Some(g)) = (&backend, &raw.github)
+            && let Some(s) = b.required_scopes.iter().find(|s| !g.scopes.contains(s))
+        {
+            errs.push(format!(
+                "backend.required_scopes: {s:?} is not one of github.scopes"
+            ));
+        }
+
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
+                    allowed_origins,
+                    backend,
                     resource_name: server
                         .and_then(|s| s.resource_name.clone())
                         .unwrap_or_else(|| "GitHub tools via mcp-oauth-proxy".to_owned()),

@@ -13,6 +13,7 @@ pub mod crypto;
 pub mod csrf;
 pub mod demo;
 pub mod flows;
+pub mod gateway;
 pub mod github;
 pub mod http;
 pub mod ids;

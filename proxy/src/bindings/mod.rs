@@ -8,7 +8,9 @@
 //! | consent cookie | [`consent_cookie`] | MAC over purpose, client, flow, expiry |
 //! | browser-bound state | [`browser_state`] | `BrowserBound<UpstreamStateRecord>` |
 //! | per-client consent | [`consent_registry`] | `ConsentGranted` |
-//! | audience (RFC 8707) | [`audience`] | `Audience` |
+//! | audience (RFC 8707) | [`audience`] | `Audience`, `Audienced<T>` |
+//! | no passthrough | [`upstream_auth`] | `BackendCredential` |
+//! | session binding | [`session_binding`] | `SessionBound` |
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists.
 
@@ -18,3 +20,5 @@ pub mod consent_cookie;
 pub mod consent_registry;
 pub mod issuer;
 pub mod redirect;
+pub mod session_binding;
+pub mod upstream_auth;

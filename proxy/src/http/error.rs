@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::crypto;
 use crate::flows::{FlowError, PageProblem, pages};
+use crate::gateway::GatewayError;
 use crate::oauth::error::{ErrorCode, OAuthError};
 
 fn request_id() -> String {
@@ -61,6 +62,117 @@ pub fn oauth_json(e: &OAuthError) -> Response {
         );
     }
     resp
+}
+
+/// A refusal at `/mcp` (RFC 6750 §3 challenges; JSON-RPC error bodies where the client
+/// expects MCP).
+pub fn gateway(app: &crate::app::App, e: GatewayError) -> Response {
+    let prm = app
+        .config
+        .public_url
+        .join("/.well-known/oauth-protected-resource/mcp");
+    let scope = app
+        .config
+        .backend
+        .as_ref()
+        .map(|b| b.required_scopes.join(" "))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| app.offered_scopes.to_wire());
+    let challenge =
+        |extra: &str| format!("Bearer {extra}resource_metadata=\"{prm}\", scope=\"{scope}\"");
+    let oauth = |status: StatusCode, code: &str, desc: &str, www: String| {
+        let mut r = (
+            status,
+            Json(json!({"error": code, "error_description": desc})),
+        )
+            .into_response();
+        if let Ok(v) = HeaderValue::from_str(&www) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        r
+    };
+    let rpc = |status: StatusCode, id: Option<&str>, code: i64, message: &str| {
+        let id: serde_json::Value = id
+            .and_then(|i| serde_json::from_str(i).ok())
+            .unwrap_or(serde_json::Value::Null);
+        (
+            status,
+            Json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})),
+        )
+            .into_response()
+    };
+    match e {
+        GatewayError::NoToken => oauth(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request",
+            "a bearer token is required",
+            challenge(""),
+        ),
+        GatewayError::InvalidToken(_) => oauth(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "the access token is invalid, expired, revoked, or not for this resource",
+            challenge("error=\"invalid_token\", "),
+        ),
+        GatewayError::TokenInQuery => oauth(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "access tokens are accepted only in the Authorization header",
+            challenge("error=\"invalid_request\", "),
+        ),
+        GatewayError::InsufficientScope(needed) => oauth(
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+            "the access token lacks a required scope",
+            format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{needed}\", resource_metadata=\"{prm}\""
+            ),
+        ),
+        GatewayError::ForbiddenOrigin => {
+            rpc(StatusCode::FORBIDDEN, None, -32000, "Origin not allowed")
+        }
+        GatewayError::UnknownSession => {
+            rpc(StatusCode::NOT_FOUND, None, -32001, "Session not found")
+        }
+        GatewayError::GitHubAccessMissing { id: Some(id) } => rpc(
+            StatusCode::OK,
+            Some(&id),
+            -32001,
+            "GitHub access for this account is not connected or stopped working; sign in again through this server's account page",
+        ),
+        GatewayError::GitHubAccessMissing { id: None } => rpc(
+            StatusCode::FORBIDDEN,
+            None,
+            -32001,
+            "GitHub access for this account is not connected",
+        ),
+        GatewayError::NoBackend => rpc(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            -32000,
+            "no backend MCP server is configured",
+        ),
+        GatewayError::Backend(ref detail) => {
+            let id = request_id();
+            tracing::warn!(request_id = %id, detail = %detail, "backend failed");
+            rpc(
+                StatusCode::BAD_GATEWAY,
+                None,
+                -32000,
+                "the backend MCP server is unavailable",
+            )
+        }
+        GatewayError::Store(ref err) => {
+            let id = request_id();
+            tracing::error!(request_id = %id, error = %err, "request failed");
+            rpc(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                -32603,
+                "internal error",
+            )
+        }
+    }
 }
 
 /// An error from a JSON endpoint.

@@ -7,20 +7,23 @@ mod api;
 mod browser;
 pub mod error;
 mod headers;
+mod mcp;
 mod metadata;
 
 use std::future::Future;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use http::{HeaderName, Method, header};
-use tower_http::cors::{Any, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, Any, CorsLayer};
 
 use crate::app::App;
 
 /// Largest request body accepted anywhere (registration, forms).
 const MAX_BODY: usize = 64 * 1024;
+/// Largest MCP request body forwarded.
+const MAX_MCP_BODY: usize = 4 * 1024 * 1024;
 
 /// The proxy's routes.
 pub fn router(app: App) -> Router {
@@ -60,7 +63,31 @@ pub fn router(app: App) -> Router {
         .route("/account/revoke", post(browser::account_revoke))
         .route("/account/sign-out", post(browser::account_sign_out))
         .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet));
+    // /mcp: browsers may call it from the proxy's own origin and configured ones; preflights
+    // are answered here, without authentication.
+    let allowed: Vec<String> = std::iter::once(app.config.public_url.origin())
+        .chain(app.config.allowed_origins.iter().cloned())
+        .collect();
+    let mcp_cors = CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin, _| {
+            origin
+                .to_str()
+                .is_ok_and(|o| allowed.iter().any(|a| a == o))
+        }))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers([
+            header::WWW_AUTHENTICATE,
+            HeaderName::from_static("mcp-session-id"),
+            HeaderName::from_static("mcp-protocol-version"),
+        ])
+        .max_age(std::time::Duration::from_secs(86_400));
+    let gateway = Router::new()
+        .route("/mcp", any(mcp::mcp))
+        .layer(DefaultBodyLimit::max(MAX_MCP_BODY))
+        .layer(mcp_cors);
     api.merge(browser)
+        .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
         .fallback(browser::not_found)
         .layer(axum::middleware::from_fn(headers::security_headers))

@@ -44,11 +44,15 @@ pub enum Keyspace {
     Audit,
     /// Redirect hosts that have completed a consent before, by host.
     SeenRedirectHosts,
+    /// MCP sessions bound to a person and client, by hash of `Mcp-Session-Id`.
+    McpSessions,
+    /// Backend `requestState` values bound to a person and client, by hash.
+    RequestStates,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 13] = [
+    pub const ALL: [Keyspace; 15] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -62,6 +66,8 @@ impl Keyspace {
         Keyspace::Grants,
         Keyspace::Audit,
         Keyspace::SeenRedirectHosts,
+        Keyspace::McpSessions,
+        Keyspace::RequestStates,
     ];
 
     /// On-disk name.
@@ -80,6 +86,8 @@ impl Keyspace {
             Keyspace::Grants => "grants",
             Keyspace::Audit => "audit",
             Keyspace::SeenRedirectHosts => "seen_redirect_hosts",
+            Keyspace::McpSessions => "mcp_sessions",
+            Keyspace::RequestStates => "request_states",
         }
     }
 }

@@ -1,0 +1,287 @@
+//! Forwarding to the backend and streaming the answer back. The outgoing request is built by
+//! `bindings::upstream_auth` (allow-list, the proxy's credential); it accepts only an
+//! audience-checked token. The response is relayed chunk by chunk as it arrives (SSE is never
+//! buffered; a JSON body is held back by one chunk so its content can be read before the
+//! client gets the end of it); dropping the client stream drops the backend request, which
+//! cancels it. Along the way the gateway binds new sessions and request states to the caller
+//! and records the outcome of each `tools/call`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+
+use super::jsonrpc::{Inbound, Scanner, Seen, Version};
+use super::{ClientContext, GatewayError, McpRequest};
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::audience::Audienced;
+use crate::bindings::session_binding;
+use crate::bindings::upstream_auth::{self, BackendCredential};
+use crate::config::BackendConfig;
+use crate::store::records::AccessTokenRecord;
+
+/// A body stream.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
+/// A backend response on its way to the client.
+pub struct Forwarded {
+    /// Status.
+    pub status: StatusCode,
+    /// Filtered headers.
+    pub headers: HeaderMap,
+    /// The streaming body.
+    pub body: BodyStream,
+    /// What the client declared (for the connect-link refusals that come later).
+    pub context: ClientContext,
+}
+
+impl std::fmt::Debug for Forwarded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarded")
+            .field("status", &self.status)
+            .field("context", &self.context)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The HTTP client toward the backend: no redirects, a connect timeout and no overall timeout
+/// (streams may last hours), no compression.
+pub fn backend_client(b: &BackendConfig) -> Result<reqwest::Client, reqwest::Error> {
+    crate::install_crypto_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(std::time::Duration::from_secs(b.connect_timeout_secs))
+        .tcp_nodelay(true)
+        .user_agent(concat!("mcp-oauth-proxy/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// Sends the request to the backend and prepares the streamed response.
+pub async fn forward(
+    app: &App,
+    backend: &BackendConfig,
+    token: Audienced<AccessTokenRecord>,
+    credential: BackendCredential,
+    req: McpRequest,
+    inbound: Inbound,
+    context: ClientContext,
+) -> Result<Forwarded, GatewayError> {
+    let http = app.backend_http.as_ref().ok_or(GatewayError::NoBackend)?;
+    let headers = upstream_auth::upstream_headers(&req.headers, credential);
+    let resp = http
+        .request(req.method, backend.url.clone())
+        .headers(headers)
+        .body(req.body)
+        .send()
+        .await
+        .map_err(|e| {
+            GatewayError::Backend(if e.is_connect() {
+                "connect".into()
+            } else {
+                "request".into()
+            })
+        })?;
+    let status = resp.status();
+    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        // The backend refused the credential the proxy gave it; the client's own token is
+        // fine, so this must not look like a 401 from us.
+        return Err(GatewayError::Backend(format!(
+            "backend refused the credential ({status})"
+        )));
+    }
+    let mut headers = upstream_auth::downstream_headers(resp.headers());
+    if context.version == Version::Sessions
+        && let Some(sid) = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        && !session_binding::bind_session(
+            app.store.as_ref(),
+            app.clock.now(),
+            sid,
+            &token,
+            inbound.init_declares_url_elicitation,
+        )
+        .await?
+    {
+        return Err(GatewayError::Backend(
+            "backend reused a session id bound to someone else".into(),
+        ));
+    }
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let sse = content_type
+        .as_deref()
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    if sse {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+    let observer = Observer {
+        app: app.clone(),
+        token: Arc::new(token),
+        call: inbound.tool.clone().zip(inbound.id.clone()),
+        recorded: false,
+        status,
+    };
+    let body = relay(
+        resp.bytes_stream(),
+        Scanner::new(content_type.as_deref()),
+        sse,
+        observer,
+    );
+    Ok(Forwarded {
+        status,
+        headers,
+        body,
+        context,
+    })
+}
+
+/// Watches a response go by: binds request states, records the `tools/call` outcome (also
+/// when the client goes away first).
+struct Observer {
+    app: App,
+    token: Arc<Audienced<AccessTokenRecord>>,
+    /// (tool, request id) of a `tools/call`.
+    call: Option<(String, String)>,
+    recorded: bool,
+    status: StatusCode,
+}
+
+impl Observer {
+    async fn seen(&mut self, seen: Vec<Seen>) {
+        for s in seen {
+            match s {
+                Seen::RequestState(state) => {
+                    let r = session_binding::bind_request_state(
+                        self.app.store.as_ref(),
+                        self.app.clock.now(),
+                        &state,
+                        &self.token,
+                    )
+                    .await;
+                    if let Err(e) = r {
+                        tracing::error!(error = %e, "could not bind a request state");
+                    }
+                }
+                Seen::Response { id, outcome } => {
+                    if self.call.as_ref().is_some_and(|(_, cid)| *cid == id) {
+                        self.record(outcome.as_str().to_owned()).await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, outcome: String) -> Option<AuditEvent> {
+        if self.recorded {
+            return None;
+        }
+        let (tool, _) = self.call.as_ref()?;
+        self.recorded = true;
+        Some(AuditEvent::UpstreamAction {
+            user_id: self.token.get().user_id.clone(),
+            client_id: self.token.get().client_id.clone(),
+            tool: tool.clone(),
+            outcome,
+        })
+    }
+
+    async fn record(&mut self, outcome: String) {
+        if let Some(e) = self.event(outcome)
+            && let Err(err) = self.app.audit.record(e).await
+        {
+            tracing::error!(error = %err, "could not record an upstream action");
+        }
+    }
+
+    async fn finish(&mut self, errored: bool) {
+        let outcome = if errored {
+            "backend_error".to_owned()
+        } else if self.status.is_success() {
+            "no_response".to_owned()
+        } else {
+            self.status.as_u16().to_string()
+        };
+        self.record(outcome).await;
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        // The client went away before the call finished: that cancelled it.
+        if let Some(e) = self.event("cancelled".to_owned())
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let audit = self.app.audit.clone();
+            rt.spawn(async move {
+                let _ = audit.record(e).await;
+            });
+        }
+    }
+}
+
+struct Relay<S> {
+    upstream: S,
+    scanner: Scanner,
+    sse: bool,
+    held: Option<Bytes>,
+    observer: Observer,
+    done: bool,
+}
+
+fn relay<S>(upstream: S, scanner: Scanner, sse: bool, observer: Observer) -> BodyStream
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Send + Unpin + 'static,
+{
+    let state = Relay {
+        upstream,
+        scanner,
+        sse,
+        held: None,
+        observer,
+        done: false,
+    };
+    Box::pin(futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if st.done {
+                return None;
+            }
+            match st.upstream.next().await {
+                Some(Ok(chunk)) => {
+                    let seen = st.scanner.feed(&chunk);
+                    // Bindings are written before the bytes that reveal them go out.
+                    st.observer.seen(seen).await;
+                    if st.sse {
+                        return Some((Ok(chunk), st));
+                    }
+                    if let Some(prev) = st.held.replace(chunk) {
+                        return Some((Ok(prev), st));
+                    }
+                }
+                Some(Err(_)) => {
+                    st.done = true;
+                    st.observer.finish(true).await;
+                    return Some((Err(std::io::Error::other("backend stream failed")), st));
+                }
+                None => {
+                    let seen = st.scanner.finish();
+                    st.observer.seen(seen).await;
+                    st.observer.finish(false).await;
+                    st.done = true;
+                    if let Some(last) = st.held.take() {
+                        return Some((Ok(last), st));
+                    }
+                    return None;
+                }
+            }
+        }
+    }))
+}

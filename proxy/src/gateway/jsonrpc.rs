@@ -1,0 +1,331 @@
+//! What the gateway needs to know about MCP messages, without I/O: the request's method, id,
+//! tool name, declared URL-elicitation capability (from `initialize` in 2025-x, from `_meta`
+//! per request in 2026-07-28) and any `requestState`; and, in responses (JSON or SSE, read
+//! incrementally as they stream through), the outcome of a call and any `requestState` the
+//! backend minted. Bodies are forwarded byte for byte; this only reads them.
+
+use serde_json::Value;
+
+/// The protocol version a request speaks (`MCP-Protocol-Version`; absent means 2025-03-26).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// 2025-03-26, 2025-06-18, 2025-11-25 (and anything older): sessions, GET streams.
+    Sessions,
+    /// 2026-07-28: stateless, per-request capabilities, multi round-trip requests.
+    Stateless,
+}
+
+impl Version {
+    /// From the header value.
+    pub fn from_header(v: Option<&str>) -> Version {
+        match v {
+            Some("2026-07-28") => Version::Stateless,
+            _ => Version::Sessions,
+        }
+    }
+}
+
+/// `_meta` key of per-request client capabilities in 2026-07-28.
+const CLIENT_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// One inbound JSON-RPC message, as far as the gateway cares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inbound {
+    /// `method`, if a request or notification.
+    pub method: Option<String>,
+    /// `id` as JSON text, if a request.
+    pub id: Option<String>,
+    /// `params.name` of a `tools/call`.
+    pub tool: Option<String>,
+    /// `initialize` declared `capabilities.elicitation.url`.
+    pub init_declares_url_elicitation: bool,
+    /// 2026-07-28 `_meta` declared URL elicitation for this request.
+    pub request_declares_url_elicitation: bool,
+    /// `params.requestState`, if the client echoed one.
+    pub request_state: Option<String>,
+}
+
+fn declares_url(caps: Option<&Value>) -> bool {
+    caps.and_then(|c| c.get("elicitation"))
+        .and_then(|e| e.get("url"))
+        .is_some_and(Value::is_object)
+}
+
+/// Reads an inbound body. Anything that is not a single JSON object yields the default (the
+/// backend decides what to do with it; the gateway only forwards).
+pub fn inspect_request(body: &[u8]) -> Inbound {
+    let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(body) else {
+        return Inbound::default();
+    };
+    let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+    let params = msg.get("params");
+    let is = |m: &str| method.as_deref() == Some(m);
+    Inbound {
+        id: msg
+            .get("id")
+            .filter(|_| method.is_some())
+            .map(Value::to_string),
+        tool: if is("tools/call") {
+            params
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        } else {
+            None
+        },
+        init_declares_url_elicitation: is("initialize")
+            && declares_url(params.and_then(|p| p.get("capabilities"))),
+        request_declares_url_elicitation: declares_url(
+            params
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(CLIENT_CAPS)),
+        ),
+        request_state: params
+            .and_then(|p| p.get("requestState"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        method,
+    }
+}
+
+/// What became of a forwarded call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A result.
+    Ok,
+    /// A tool result with `isError: true`.
+    ToolError,
+    /// A JSON-RPC error.
+    Error,
+    /// An `input_required` result (2026-07-28).
+    InputRequired,
+}
+
+impl Outcome {
+    /// For audit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::Error => "error",
+            Outcome::InputRequired => "input_required",
+        }
+    }
+}
+
+/// Something seen in a response message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// The response to request `id`, with its outcome.
+    Response {
+        /// JSON text of the id.
+        id: String,
+        /// Outcome.
+        outcome: Outcome,
+    },
+    /// The backend minted a `requestState` the client will echo back.
+    RequestState(String),
+}
+
+/// Reads one outbound JSON-RPC message.
+pub fn inspect_response(msg: &[u8]) -> Vec<Seen> {
+    let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(msg) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if m.get("method").is_some() {
+        return out; // a notification or a server request, not a response
+    }
+    let Some(id) = m.get("id").map(Value::to_string) else {
+        return out;
+    };
+    let outcome = match (m.get("result"), m.get("error")) {
+        (_, Some(_)) => Outcome::Error,
+        (Some(r), None) => {
+            if let Some(state) = r.get("requestState").and_then(Value::as_str) {
+                out.push(Seen::RequestState(state.to_owned()));
+            }
+            if r.get("resultType").and_then(Value::as_str) == Some("input_required") {
+                Outcome::InputRequired
+            } else if r.get("isError").and_then(Value::as_bool) == Some(true) {
+                Outcome::ToolError
+            } else {
+                Outcome::Ok
+            }
+        }
+        (None, None) => return out,
+    };
+    out.push(Seen::Response { id, outcome });
+    out
+}
+
+/// Largest SSE event or JSON body the scanner keeps to read (larger ones stream through
+/// unread).
+const MAX_EVENT: usize = 1 << 20;
+
+/// Reads a response incrementally as it streams: SSE events as they complete, or a whole
+/// JSON body at the end. Never holds more than `MAX_EVENT` bytes.
+#[derive(Debug)]
+pub struct Scanner {
+    sse: bool,
+    buf: Vec<u8>,
+    overflow: bool,
+}
+
+impl Scanner {
+    /// For a response with this content type.
+    pub fn new(content_type: Option<&str>) -> Scanner {
+        let sse = content_type.is_some_and(|c| {
+            c.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
+        Scanner {
+            sse,
+            buf: Vec::new(),
+            overflow: false,
+        }
+    }
+
+    /// Feeds a chunk; returns what completed events revealed.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Seen> {
+        if self.overflow {
+            if self.sse {
+                // Resynchronise at the next event boundary.
+                if let Some(pos) = find_boundary(chunk) {
+                    self.overflow = false;
+                    self.buf.clear();
+                    return self.feed(chunk.get(pos..).unwrap_or_default());
+                }
+            }
+            return Vec::new();
+        }
+        self.buf.extend_from_slice(chunk);
+        if self.buf.len() > MAX_EVENT {
+            self.overflow = true;
+            self.buf.clear();
+            return Vec::new();
+        }
+        if !self.sse {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        while let Some(end) = find_boundary(&self.buf) {
+            let event: Vec<u8> = self.buf.drain(..end).collect();
+            out.extend(inspect_response(&sse_data(&event)));
+        }
+        out
+    }
+
+    /// The stream ended; returns what a JSON body revealed.
+    pub fn finish(&mut self) -> Vec<Seen> {
+        if self.sse || self.overflow {
+            return Vec::new();
+        }
+        inspect_response(&std::mem::take(&mut self.buf))
+    }
+}
+
+/// Index just past the first blank line (`\n\n` or `\r\n\r\n`), the end of an SSE event.
+fn find_boundary(b: &[u8]) -> Option<usize> {
+    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (a, c) => a.or(c),
+    }
+}
+
+/// The concatenated `data:` lines of one SSE event.
+fn sse_data(event: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(event);
+    let mut data = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        }
+    }
+    data.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initialize_capabilities_are_read() {
+        let url = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"elicitation":{"form":{},"url":{}}}}}"#;
+        assert!(inspect_request(url).init_declares_url_elicitation);
+        let form_only = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#;
+        assert!(!inspect_request(form_only).init_declares_url_elicitation);
+    }
+
+    #[test]
+    fn per_request_capabilities_and_tool_name() {
+        let m = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"whoami","requestState":"rs","_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}}"#;
+        let i = inspect_request(m);
+        assert_eq!(i.tool.as_deref(), Some("whoami"));
+        assert_eq!(i.id.as_deref(), Some("\"a\""));
+        assert!(i.request_declares_url_elicitation);
+        assert_eq!(i.request_state.as_deref(), Some("rs"));
+    }
+
+    #[test]
+    fn garbage_is_harmless() {
+        assert_eq!(inspect_request(b"[1,2]"), Inbound::default());
+        assert_eq!(inspect_request(b"\xff\xfe"), Inbound::default());
+        assert!(inspect_response(b"nope").is_empty());
+    }
+
+    #[test]
+    fn sse_events_split_across_chunks() {
+        let mut s = Scanner::new(Some("text/event-stream"));
+        assert!(s.feed(b"id: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n").is_empty());
+        assert!(
+            s.feed(b"id: 2\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,")
+                .is_empty()
+        );
+        let seen = s.feed(b"\"result\":{\"isError\":true}}\n\n");
+        assert_eq!(
+            seen,
+            vec![Seen::Response {
+                id: "7".into(),
+                outcome: Outcome::ToolError
+            }]
+        );
+    }
+
+    #[test]
+    fn json_body_read_at_the_end() {
+        let mut s = Scanner::new(Some("application/json"));
+        assert!(
+            s.feed(br#"{"jsonrpc":"2.0","id":3,"result":{"resultType":"input_required","#)
+                .is_empty()
+        );
+        assert!(s.feed(br#""requestState":"abc"}}"#).is_empty());
+        let seen = s.finish();
+        assert!(seen.contains(&Seen::RequestState("abc".into())));
+        assert!(seen.contains(&Seen::Response {
+            id: "3".into(),
+            outcome: Outcome::InputRequired
+        }));
+    }
+
+    #[test]
+    fn oversized_event_is_skipped_and_scanning_resumes() {
+        let mut s = Scanner::new(Some("text/event-stream"));
+        let big = vec![b'x'; MAX_EVENT + 10];
+        assert!(s.feed(&big).is_empty());
+        let seen = s.feed(b"\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{}}\n\n");
+        assert_eq!(
+            seen,
+            vec![Seen::Response {
+                id: "1".into(),
+                outcome: Outcome::Error
+            }]
+        );
+    }
+}
