@@ -22,6 +22,7 @@
 //! configured forbidden markers (the proxy's own token prefixes) is refused and listed by
 //! [`FakeGitHub::violations`], so tests can assert that no proxy token ever reached "GitHub".
 
+pub mod backend;
 mod pages;
 mod server;
 #[cfg(test)]

@@ -40,7 +40,8 @@ pub struct ConfigError(pub Vec<String>);
 
 // ---- raw TOML shape -------------------------------------------------------------------------
 
-#[derive(Debug, Deserialize, Default)]
+// No Debug: holds inline secrets.
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     server: Option<RawServer>,
@@ -89,7 +90,8 @@ fn default_listen() -> String {
     "127.0.0.1:8080".to_owned()
 }
 
-#[derive(Debug, Deserialize)]
+// No Debug: holds inline secrets.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawGitHub {
     client_id: String,
@@ -130,7 +132,8 @@ struct RawStore {
     path: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+// No Debug: holds inline secrets.
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawKeys {
     consent_cookie: Option<String>,

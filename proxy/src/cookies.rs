@@ -9,6 +9,8 @@ use http::HeaderMap;
 pub const FLOW_COOKIE: &str = "__Host-mcp-flow";
 /// The proxy's sign-in session cookie.
 pub const SESSION_COOKIE: &str = "__Host-mcp-session";
+/// Binds consent forms to the browser that loaded them (CSRF; not the upstream state).
+pub const CSRF_COOKIE: &str = "__Host-mcp-csrf";
 
 /// A `Set-Cookie` value with the fixed attributes.
 pub fn set(name: &str, value: &str, max_age_secs: u64) -> String {

@@ -30,19 +30,50 @@ pub fn verify(key: &Key, purpose: &str, bound_to: &str, submitted: Option<&str>)
         })
 }
 
-/// Whether a POST came from our own pages: `Sec-Fetch-Site`, when sent, must be `same-origin`
-/// (or `none` for a user-typed request); `Origin`, when sent, must be ours. Browsers send
-/// `Origin` on every cross-site POST, so a missing one means a non-browser caller, which the
-/// CSRF token still has to satisfy.
+/// Whether a form POST came from our own pages: at least one of `Sec-Fetch-Site` and
+/// `Origin` must be present (every current browser sends `Origin` on a POST); `Sec-Fetch-Site`,
+/// when sent, must be `same-origin`; `Origin`, when sent, must be ours.
 pub fn same_origin(sec_fetch_site: Option<&str>, origin: Option<&str>, our_origin: &str) -> bool {
-    let site_ok = sec_fetch_site.is_none_or(|s| s == "same-origin" || s == "none");
+    if sec_fetch_site.is_none() && origin.is_none() {
+        return false;
+    }
+    let site_ok = sec_fetch_site.is_none_or(|s| s == "same-origin");
     let origin_ok = origin.is_none_or(|o| o == our_origin);
     site_ok && origin_ok
+}
+
+/// Lifetime of the browser's CSRF cookie.
+pub const BROWSER_COOKIE_TTL_SECS: u64 = 12 * 3600;
+
+/// The browser's CSRF cookie value if it is well-formed, else a fresh one and the
+/// `Set-Cookie` to store it. Reusing it keeps two open consent tabs both valid.
+pub fn browser_binding(
+    existing: Option<&str>,
+) -> Result<(String, Option<String>), crypto::CryptoError> {
+    if let Some(v) = existing
+        && v.len() == 43
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Ok((v.to_owned(), None));
+    }
+    let v = crypto::random_token()?;
+    let set = crate::cookies::set(crate::cookies::CSRF_COOKIE, &v, BROWSER_COOKIE_TTL_SECS);
+    Ok((v, Some(set)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn browser_binding_is_reused_when_well_formed() {
+        let (v, set) = browser_binding(None).unwrap();
+        assert!(set.unwrap().starts_with("__Host-mcp-csrf="));
+        assert_eq!(browser_binding(Some(&v)).unwrap(), (v.clone(), None));
+        let (w, set) = browser_binding(Some("short")).unwrap();
+        assert!(set.is_some() && w != v);
+    }
 
     #[test]
     fn token_bound_to_purpose_and_subject() {
@@ -59,7 +90,10 @@ mod tests {
     fn cross_site_post_rejected() {
         let us = "https://mcp.example.com";
         assert!(same_origin(Some("same-origin"), Some(us), us));
-        assert!(same_origin(None, None, us));
+        assert!(same_origin(None, Some(us), us));
+        // A POST with neither header is not trusted to be from our page.
+        assert!(!same_origin(None, None, us));
+        assert!(!same_origin(Some("none"), None, us));
         assert!(!same_origin(
             Some("cross-site"),
             Some("https://evil.example"),

@@ -116,6 +116,10 @@ secret_type!(
     /// The PKCE verifier the proxy uses toward GitHub.
     PkceVerifier
 );
+secret_type!(
+    /// A PKCE verifier an MCP client presents at /token.
+    CodeVerifier
+);
 
 impl UserId {
     /// The id for a GitHub account.

@@ -11,7 +11,18 @@ async fn flow_cookie_attributes_are_exact_and_set_only_on_approval() {
     let page = browser
         .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
         .await;
-    assert!(page.set_cookies().is_empty(), "no cookie before approval");
+    // Before approval the only cookie is the CSRF binding of the form, never the flow cookie.
+    let pre = page.set_cookies();
+    assert_eq!(pre.len(), 1, "{pre:?}");
+    assert!(pre[0].starts_with("__Host-mcp-csrf="));
+    for want in ["Path=/", "Secure", "HttpOnly", "SameSite=Lax"] {
+        assert!(
+            pre[0].split("; ").any(|a| a == want),
+            "{want} missing: {}",
+            pre[0]
+        );
+    }
+    assert!(browser.cookie("__Host-mcp-flow").is_none());
     let txn = page.hidden("txn").unwrap();
     let csrf = page.hidden("csrf").unwrap();
     let r = browser

@@ -174,3 +174,47 @@ async fn account_page_without_session_signs_in_through_github_and_comes_back() {
         303
     );
 }
+
+/// The review's M2: a person revokes a client while that client is redeeming a code. Whatever
+/// the interleaving, no token from that redemption may stay usable.
+#[tokio::test]
+async fn revocation_racing_a_code_redemption_leaves_nothing_usable() {
+    let proxy = std::sync::Arc::new(TestProxy::start().await);
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    for _ in 0..12 {
+        let browser = Browser::new();
+        let pkce = Pkce::new();
+        let code = c.get_code(&proxy, &browser, "alice", &pkce).await;
+        let page = browser.navigate(&proxy.url("/account"), "none").await;
+        let csrf = page.hidden("csrf").unwrap();
+        let redeem = {
+            let (p, c, code, pkce) = (proxy.clone(), c.clone(), code.clone(), pkce.clone());
+            tokio::spawn(async move { c.redeem(&p, &code, &pkce, &[]).await })
+        };
+        browser
+            .post_form(
+                &proxy.url("/account/revoke"),
+                &[("client_id", &c.id), ("csrf", &csrf)],
+                &proxy.base,
+                "same-origin",
+            )
+            .await;
+        let r = redeem.await.unwrap();
+        if r.status == 200 {
+            let access = r.json["access_token"].as_str().unwrap();
+            assert!(
+                access::authenticate(&proxy.app, access)
+                    .await
+                    .unwrap()
+                    .is_err(),
+                "access token survived the revocation"
+            );
+            assert_eq!(
+                c.refresh(&proxy, r.json["refresh_token"].as_str().unwrap(), &[])
+                    .await
+                    .error(),
+                "invalid_grant"
+            );
+        }
+    }
+}

@@ -94,3 +94,67 @@ async fn consent_page_cannot_be_framed_and_is_not_cached() {
     assert_eq!(page.headers["cache-control"], "no-store");
     assert_eq!(page.headers["referrer-policy"], "no-referrer");
 }
+
+/// The review's M1: a victim browser that sends neither `Origin` nor `Sec-Fetch-Site` (an old
+/// browser, a stripping proxy) auto-submits the attacker's own consent form. The form is bound
+/// to the browser that loaded the page, and a POST without provenance headers is refused.
+#[tokio::test]
+async fn consent_post_without_origin_from_another_browser_is_rejected() {
+    let proxy = TestProxy::start().await;
+    let evil = Client::register(&proxy, "Triage Helper", "https://attacker.example/steal").await;
+    let attacker = Browser::new();
+    let page = attacker
+        .navigate(&evil.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    let fields = [
+        ("txn", page.hidden("txn").unwrap()),
+        ("csrf", page.hidden("csrf").unwrap()),
+        ("decision", "approve".to_owned()),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let victim = Browser::signed_in_at_github("alice");
+    let r = victim
+        .post_form_with(&proxy.url("/consent"), &fields, &[])
+        .await;
+    assert_eq!(r.status, 403);
+    assert!(r.location().is_none() && r.set_cookies().is_empty());
+    // Even with headers that look same-origin, the victim's browser lacks the form's cookie.
+    let r = victim
+        .post_form(&proxy.url("/consent"), &fields, &proxy.base, "same-origin")
+        .await;
+    assert_eq!(r.status, 403);
+    // And the attacker's own browser without provenance headers is refused as well.
+    let r = attacker
+        .post_form_with(&proxy.url("/consent"), &fields, &[])
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(proxy.count(Keyspace::UpstreamStates).await, 0);
+    assert_eq!(proxy.count(Keyspace::Transactions).await, 1);
+    assert!(proxy.github.requests().is_empty());
+}
+
+/// The review's M3: the attacker approves their own client with their own account, then waits.
+/// The victim's consent page must still warn that the destination is new.
+#[tokio::test]
+async fn attacker_self_approval_does_not_silence_the_new_destination_warning() {
+    let proxy = TestProxy::start().await;
+    let evil = Client::register(&proxy, "Triage Helper", "https://attacker.example/steal").await;
+    evil.get_code(&proxy, &Browser::new(), "mallory", &Pkce::new())
+        .await;
+    proxy.clock.advance(3600);
+    let page = Browser::new()
+        .navigate(&evil.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("new to this server"),
+        "warning silenced by self-approval"
+    );
+    // Two different people approving makes the host known.
+    evil.get_code(&proxy, &Browser::new(), "bob", &Pkce::new())
+        .await;
+    let page = Browser::new()
+        .navigate(&evil.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    assert!(!page.body.contains("new to this server"));
+}

@@ -136,3 +136,34 @@ async fn concurrent_refreshes_keep_exactly_one_family_alive() {
     assert!(!issued.is_empty() && issued.len() <= 4, "{}", issued.len());
     assert_eq!(c.refresh(&proxy, &issued[0], &[]).await.status, 200);
 }
+
+/// The review's L1: family ids appear in the audit trail. A made-up refresh token for a known
+/// family must be refused without revoking the family (or anyone could log its owner out).
+#[tokio::test]
+async fn forged_refresh_token_for_a_known_family_changes_nothing() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let t0 = c.tokens(&proxy, &Browser::new(), "alice").await;
+    let real = rt(&t0);
+    let family = real
+        .strip_prefix("mcprt_")
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap();
+    let forged = format!("mcprt_{family}.{}", "A".repeat(43));
+    let r = c.refresh(&proxy, &forged, &[]).await;
+    assert_eq!((r.status, r.error()), (400, "invalid_grant"));
+    assert!(
+        !proxy
+            .audit_events()
+            .await
+            .iter()
+            .any(|e| e == "refresh_reuse")
+    );
+    assert_eq!(
+        c.refresh(&proxy, &real, &[]).await.status,
+        200,
+        "the family must be alive"
+    );
+}

@@ -181,13 +181,14 @@ async fn token_endpoint_errors_are_oauth_shaped() {
 }
 
 #[tokio::test]
-async fn confidential_client_must_present_its_secret() {
+async fn confidential_client_must_present_its_secret_by_its_registered_method() {
     let proxy = TestProxy::start().await;
     let r = crate::support::client::register_raw(
         &proxy,
         serde_json::json!({"client_name": "Server App", "redirect_uris": ["https://srv.example/cb"], "grant_types": ["authorization_code", "refresh_token"]}),
     )
     .await;
+    // RFC 7591's default method.
     assert_eq!(r.json["token_endpoint_auth_method"], "client_secret_basic");
     let secret = r.json["client_secret"].as_str().unwrap().to_owned();
     let mut c = Client {
@@ -199,29 +200,36 @@ async fn confidential_client_must_present_its_secret() {
     let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
     assert_eq!(
         c.redeem(&proxy, &code, &pkce, &[]).await.error(),
-        "invalid_client"
+        "invalid_client",
+        "no secret"
     );
-    c.secret = Some("mcpc_secret_wrong".into());
+    // The right secret by the wrong method (form instead of Basic) is refused too.
+    c.secret = Some(secret.clone());
     assert_eq!(
         c.redeem(&proxy, &code, &pkce, &[]).await.error(),
-        "invalid_client"
+        "invalid_client",
+        "secret in the form"
     );
-    c.secret = Some(secret.clone());
-    assert_eq!(c.redeem(&proxy, &code, &pkce, &[]).await.status, 200);
-    // HTTP Basic works too.
-    let pkce = Pkce::new();
-    let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
-    let resp = crate::support::http()
-        .post(proxy.url("/token"))
-        .basic_auth(&c.id, Some(&secret))
-        .form(&[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("code_verifier", &pkce.verifier),
-            ("redirect_uri", "https://srv.example/cb"),
-        ])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let basic = |secret: &str| {
+        crate::support::http()
+            .post(proxy.url("/token"))
+            .basic_auth(&c.id, Some(secret))
+            .form(&[
+                ("grant_type", "authorization_code"),
+                ("code", code.as_str()),
+                ("code_verifier", pkce.verifier.as_str()),
+                ("redirect_uri", "https://srv.example/cb"),
+            ])
+            .send()
+    };
+    let wrong = basic("mcpc_secret_wrong").await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert!(
+        wrong.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic")
+    );
+    // None of the refusals consumed the code.
+    assert_eq!(basic(&secret).await.unwrap().status(), 200);
 }

@@ -163,6 +163,29 @@ impl Browser {
         self.finish(resp).await
     }
 
+    /// A form POST with exactly the given extra headers (none: like a client that sends no
+    /// `Origin` or fetch metadata).
+    pub async fn post_form_with(
+        &self,
+        url: &str,
+        fields: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let mut req = self
+            .client
+            .post(url)
+            .header("cookie", self.cookie_header())
+            .header("content-type", "application/x-www-form-urlencoded");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.body(body).send().await.unwrap();
+        self.finish(resp).await
+    }
+
     /// Follows a GitHub authorize URL the way a person would: pick `login` if asked, approve
     /// GitHub's own consent screen if shown. Returns the redirect GitHub sends back.
     pub async fn through_github(&self, authorize_url: &str, login: &str) -> Resp {

@@ -102,7 +102,8 @@ pub async fn record(
     })
 }
 
-/// Notes that a consent was used (code or refresh), for the account page.
+/// Notes that a consent was used (code or refresh), for the account page. A compare-and-swap
+/// against what was read, so a consent revoked meanwhile is never written back.
 pub async fn touch(
     store: &dyn Store,
     now: UnixTime,
@@ -110,12 +111,17 @@ pub async fn touch(
     client: &ClientId,
 ) -> Result<(), StoreError> {
     let prefix = format!("{}{}|", user_prefix(user), client.as_str());
-    for (k, mut rec) in store
-        .scan_json::<ConsentRecord>(Keyspace::Consents, &prefix)
-        .await?
-    {
+    for (k, version) in store.scan_prefix(Keyspace::Consents, &prefix).await? {
+        let mut rec: ConsentRecord = crate::store::decode(Keyspace::Consents, &version.value)?;
         rec.last_used_at = Some(now);
-        store.put_json(Keyspace::Consents, &k, &rec, None).await?;
+        let next = crate::store::Versioned {
+            value: crate::store::encode(&rec)?,
+            expires_at: version.expires_at,
+        };
+        // A lost swap means the record changed or vanished: leave it as it is.
+        store
+            .compare_and_swap(Keyspace::Consents, &k, &version, Some(next))
+            .await?;
     }
     Ok(())
 }
@@ -263,6 +269,17 @@ mod tests {
             match_redirect(&ClientId::new("c"), &regs, Some("http://127.0.0.1:6000/cb")).unwrap();
         let scopes = ScopeSet::parse("read:user").unwrap();
         assert!(lookup(&s, &alice, &later, &scopes).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn touch_never_resurrects_a_revoked_consent() {
+        let s = store();
+        let alice = UserId::github(1);
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        revoke_client(&s, &alice, a.client_id()).await.unwrap();
+        touch(&s, UnixTime(5), &alice, a.client_id()).await.unwrap();
+        assert!(!exists_for_client(&s, &alice, a.client_id()).await.unwrap());
     }
 
     #[tokio::test]

@@ -104,8 +104,7 @@ pub async fn show(
     })))
 }
 
-/// A form POST from the account page.
-#[derive(Debug)]
+/// A form POST from the account page. (No `Debug`: it holds the cookie and form values.)
 pub struct AccountForm<'a> {
     /// Session cookie.
     pub session_cookie: Option<&'a str>,

@@ -22,7 +22,7 @@ use crate::oauth::pkce::CodeChallenge;
 use crate::oauth::request::AuthorizeQuery;
 use crate::oauth::scope::ScopeSet;
 use crate::session;
-use crate::store::records::{ClientRecord, TxnRecord};
+use crate::store::records::{ClientRecord, SeenHostRecord, TxnRecord};
 use crate::store::{Keyspace, StoreExt};
 
 /// How long a person has to decide on the consent page.
@@ -33,19 +33,20 @@ const NEW_CLIENT_SECS: u64 = 600;
 /// What the browser sees next.
 #[derive(Debug)]
 pub enum AuthorizeOutcome {
-    /// The consent page.
-    Consent(Box<ConsentPage>),
+    /// The consent page, and the browser's CSRF cookie if it needs a new one.
+    Consent(Box<ConsentPage>, Option<String>),
     /// A redirect back to the client (code or error).
     Redirect(String),
 }
 
-/// The parts of the request the flow needs.
-#[derive(Debug)]
+/// The parts of the request the flow needs. (No `Debug`: it holds cookie values.)
 pub struct AuthorizeInput<'a> {
     /// Raw query string.
     pub raw_query: &'a str,
     /// Session cookie value.
     pub session_cookie: Option<String>,
+    /// The browser's CSRF cookie value.
+    pub csrf_cookie: Option<String>,
     /// `Sec-Fetch-Site`.
     pub sec_fetch_site: Option<String>,
 }
@@ -138,7 +139,9 @@ pub async fn authorize(
         }
     }
 
-    // 4. Remember the request server-side and show the consent page.
+    // 4. Remember the request server-side and show the consent page, bound to this browser.
+    let (browser, set_cookie) = csrf::browser_binding(input.csrf_cookie.as_deref())?;
+    let browser = crypto::hash_secret(&browser);
     let txn_id = TxnId::new(crypto::random_token()?);
     let txn = TxnRecord {
         client_id: client.client_id.clone(),
@@ -148,6 +151,7 @@ pub async fn authorize(
         resource: audience.as_str().to_owned(),
         scopes: scopes.clone(),
         client_state: q.state.clone(),
+        browser: browser.clone(),
         created_at: now,
     };
     app.store
@@ -180,10 +184,20 @@ pub async fn authorize(
         signed_in_as: session.map(|s| format!("@{}", s.record.login)),
         github_host: app.github.display_host(),
         form_action: "/consent".to_owned(),
-        csrf: csrf::token(&app.keys.csrf, "consent", txn_id.as_str()),
+        csrf: csrf::token(
+            &app.keys.csrf,
+            "consent",
+            &consent_binding(&txn_id, &browser),
+        ),
         txn: txn_id.as_str().to_owned(),
     };
-    Ok(AuthorizeOutcome::Consent(Box::new(page)))
+    Ok(AuthorizeOutcome::Consent(Box::new(page), set_cookie))
+}
+
+/// What a consent form's CSRF token is bound to: the transaction and the browser's CSRF
+/// cookie (hashed), so a form read in one browser cannot be submitted from another.
+pub fn consent_binding(txn: &TxnId, browser_hash: &str) -> String {
+    format!("{}|{browser_hash}", txn.as_str())
 }
 
 async fn warnings(
@@ -210,12 +224,7 @@ async fn warnings(
                 redirect.host()
             ),
         });
-    } else if app
-        .store
-        .get(Keyspace::SeenRedirectHosts, &redirect.host())
-        .await?
-        .is_none()
-    {
+    } else if !host_is_known(app, &redirect.host()).await? {
         out.push(WarningView {
             title: "This destination is new to this server".to_owned(),
             detail: format!(
@@ -225,6 +234,42 @@ async fn warnings(
         });
     }
     Ok(out)
+}
+
+/// Distinct approvers after which a redirect host is no longer "new".
+const KNOWN_HOST_APPROVERS: usize = 2;
+/// Approvers remembered per host.
+const MAX_REMEMBERED_APPROVERS: usize = 8;
+
+async fn host_is_known(app: &App, host: &str) -> Result<bool, FlowError> {
+    let rec: Option<SeenHostRecord> = app
+        .store
+        .get_json(Keyspace::SeenRedirectHosts, host)
+        .await?;
+    Ok(rec.is_some_and(|r| r.approvers.len() >= KNOWN_HOST_APPROVERS))
+}
+
+/// Records that `user` approved a client sending access to `host`.
+pub async fn note_approver(
+    app: &App,
+    host: &str,
+    user: &crate::ids::UserId,
+) -> Result<(), FlowError> {
+    let who = crypto::hash_secret(user.as_str());
+    let mut rec: SeenHostRecord = app
+        .store
+        .get_json(Keyspace::SeenRedirectHosts, host)
+        .await?
+        .unwrap_or_default();
+    if rec.approvers.contains(&who) || rec.approvers.len() >= MAX_REMEMBERED_APPROVERS {
+        return Ok(());
+    }
+    rec.approvers.push(who);
+    // Two approvals racing may drop one name; the host then stays "new" a little longer.
+    app.store
+        .put_json(Keyspace::SeenRedirectHosts, host, &rec, None)
+        .await?;
+    Ok(())
 }
 
 fn scope_view(scope: &str) -> ScopeView {

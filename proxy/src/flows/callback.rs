@@ -17,7 +17,6 @@ use crate::ids::UserId;
 use crate::oauth::error::ErrorCode;
 use crate::oauth::request::Params;
 use crate::session;
-use crate::store::Keyspace;
 use crate::store::records::{FlowPurpose, TxnRecord};
 
 /// A redirect with cookies.
@@ -162,9 +161,7 @@ pub async fn github_callback(
                 &bound,
             )
             .await?;
-            app.store
-                .put(Keyspace::SeenRedirectHosts, &host, Vec::new(), None)
-                .await?;
+            super::authorize::note_approver(app, &host, &user_id).await?;
             app.audit
                 .record(AuditEvent::ConsentRecorded {
                     user_id: user_id.clone(),

@@ -9,6 +9,7 @@ use crate::audit::AuditEvent;
 use crate::bindings::browser_state;
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::RedirectMatched;
+use crate::crypto;
 use crate::csrf;
 use crate::ids::TxnId;
 use crate::oauth::error::ErrorCode;
@@ -30,11 +31,12 @@ pub enum ConsentOutcome {
     ToClient(String),
 }
 
-/// Request details the decision needs.
-#[derive(Debug)]
+/// Request details the decision needs. (No `Debug`: it holds the form and cookie values.)
 pub struct ConsentInput<'a> {
     /// Form body.
     pub body: &'a str,
+    /// The browser's CSRF cookie value.
+    pub csrf_cookie: Option<&'a str>,
     /// `Sec-Fetch-Site`.
     pub sec_fetch_site: Option<&'a str>,
     /// `Origin`.
@@ -58,7 +60,13 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
     }
     let p = Params::parse(input.body).map_err(|_| FlowError::Page(pages::BAD_REQUEST))?;
     let txn_id = TxnId::new(p.get("txn").ok_or(FlowError::Page(pages::TXN_GONE))?);
-    if !csrf::verify(&app.keys.csrf, "consent", txn_id.as_str(), p.get("csrf")) {
+    let browser = crypto::hash_secret(
+        input
+            .csrf_cookie
+            .ok_or(FlowError::Page(pages::FORBIDDEN_FORM))?,
+    );
+    let binding = super::authorize::consent_binding(&txn_id, &browser);
+    if !csrf::verify(&app.keys.csrf, "consent", &binding, p.get("csrf")) {
         return Err(FlowError::Page(pages::FORBIDDEN_FORM));
     }
     let decision = match p.get("decision") {
@@ -71,6 +79,10 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
         .take_json(Keyspace::Transactions, txn_id.as_str())
         .await?
         .ok_or(FlowError::Page(pages::TXN_GONE))?;
+    // The MAC already covers it; checking the record too keeps the rule visible here.
+    if !crypto::ct_eq(txn.browser.as_bytes(), browser.as_bytes()) {
+        return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+    }
     let redirect = RedirectMatched::from_stored(
         txn.client_id.clone(),
         txn.redirect_uri.clone(),

@@ -41,20 +41,29 @@ pub async fn authenticate_client(
     p: &Params,
 ) -> Result<ClientRecord, FlowError> {
     let basic = authorization.map(parse_basic).transpose()?;
+    let basic_used = basic.is_some();
     let auth = ClientAuth::from_request(basic, p)?;
     let client: ClientRecord = app
         .store
         .get_json(Keyspace::Clients, auth.client_id.as_str())
         .await?
         .ok_or(INVALID_CLIENT)?;
-    match (client.auth_method, &auth.secret, &client.secret_hash) {
-        (TokenAuthMethod::None, None, _) => Ok(client),
-        (
-            TokenAuthMethod::ClientSecretBasic | TokenAuthMethod::ClientSecretPost,
-            Some(secret),
-            Some(hash),
-        ) if crypto::ct_eq(secret.hash().as_bytes(), hash.as_bytes()) => Ok(client),
-        _ => Err(INVALID_CLIENT.into()),
+    // The registered method must be the one used (RFC 7591 §2): a secret registered for HTTP
+    // Basic is not accepted in the form, and the other way round.
+    let ok = match (client.auth_method, &auth.secret, &client.secret_hash) {
+        (TokenAuthMethod::None, None, _) => true,
+        (TokenAuthMethod::ClientSecretBasic, Some(secret), Some(hash)) if basic_used => {
+            crypto::ct_eq(secret.hash().as_bytes(), hash.as_bytes())
+        }
+        (TokenAuthMethod::ClientSecretPost, Some(secret), Some(hash)) if !basic_used => {
+            crypto::ct_eq(secret.hash().as_bytes(), hash.as_bytes())
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(client)
+    } else {
+        Err(INVALID_CLIENT.into())
     }
 }
 
@@ -73,63 +82,15 @@ pub async fn token(
             code_verifier,
             resource,
         } => {
-            let hash = code.hash();
-            let Some(rec) = app
-                .store
-                .get_json::<CodeRecord>(Keyspace::Codes, &hash)
-                .await?
-            else {
-                detect_code_reuse(app, &hash).await?;
-                return Err(INVALID_GRANT.into());
-            };
-            if rec.client_id != client.client_id {
-                return Err(INVALID_GRANT.into());
-            }
-            if redirect_uri
-                .as_deref()
-                .is_some_and(|r| r != rec.redirect_uri)
-            {
-                return Err(OAuthError::new(
-                    ErrorCode::InvalidGrant,
-                    "redirect_uri does not match the authorization request",
-                )
-                .into());
-            }
-            audience::recheck(&rec.resource, resource.as_deref())?;
-            rec.code_challenge.verify(code_verifier.as_deref())?;
-            if !consent_registry::exists_for_client(
-                app.store.as_ref(),
-                &rec.user_id,
-                &rec.client_id,
+            redeem_code(
+                app,
+                &client,
+                &code,
+                redirect_uri.as_deref(),
+                code_verifier.as_ref(),
+                resource.as_deref(),
             )
-            .await?
-            {
-                return Err(INVALID_GRANT.into());
-            }
-            // Every check passed; now consume it. Losing this race means another request won.
-            if app.store.take(Keyspace::Codes, &hash).await?.is_none() {
-                return Err(INVALID_GRANT.into());
-            }
-            let now = app.clock.now();
-            app.store
-                .put_json(
-                    Keyspace::UsedCodes,
-                    &hash,
-                    &UsedCodeRecord {
-                        family_id: rec.family_id.clone(),
-                    },
-                    Some(now.plus(USED_CODE_TTL_SECS)),
-                )
-                .await?;
-            let resp = start_family(app, &rec, &client).await?;
-            app.audit
-                .record(AuditEvent::TokenIssued {
-                    user_id: rec.user_id.clone(),
-                    client_id: client.client_id.clone(),
-                    family_id: rec.family_id.clone(),
-                })
-                .await?;
-            Ok(resp)
+            .await
         }
         TokenRequest::RefreshToken {
             refresh_token,
@@ -175,7 +136,9 @@ pub async fn token(
                 let decision =
                     grant::decide(&fam, &presented, now, app.config.tokens.refresh_grace_secs);
                 match decision {
-                    RefreshDecision::Revoked | RefreshDecision::GraceExhausted => {
+                    RefreshDecision::Revoked
+                    | RefreshDecision::GraceExhausted
+                    | RefreshDecision::Unknown => {
                         return Err(INVALID_GRANT.into());
                     }
                     RefreshDecision::Reuse => {
@@ -206,6 +169,17 @@ pub async fn token(
                         return Err(INVALID_GRANT.into());
                     }
                     RefreshDecision::Rotate | RefreshDecision::GraceSibling => {
+                        // The person may have revoked this client while the family lived.
+                        if !consent_registry::exists_for_client(
+                            app.store.as_ref(),
+                            &fam.user_id,
+                            &fam.client_id,
+                        )
+                        .await?
+                        {
+                            revoke_family(app, &family_id).await?;
+                            return Err(INVALID_GRANT.into());
+                        }
                         let new_refresh = grant::new_refresh_token(&family_id)?;
                         let next =
                             grant::apply(&fam, decision, &presented, new_refresh.hash(), now);
@@ -259,6 +233,96 @@ pub async fn token(
     }
 }
 
+/// The authorization code grant. Every check runs before anything changes; then the first
+/// redeemer leaves a tombstone and takes the code. Of concurrent redemptions exactly one
+/// succeeds and the others change nothing; a redemption after the first has completed is a
+/// replay of a leaked code and revokes what the first got (OAuth 2.1 §4.1.3). A revocation by
+/// the person that lands while tokens are being minted is caught by the re-check at the end.
+async fn redeem_code(
+    app: &App,
+    client: &ClientRecord,
+    code: &crate::ids::AuthCode,
+    redirect_uri: Option<&str>,
+    code_verifier: Option<&crate::ids::CodeVerifier>,
+    resource: Option<&str>,
+) -> Result<TokenResponse, FlowError> {
+    let hash = code.hash();
+    let Some(rec) = app
+        .store
+        .get_json::<CodeRecord>(Keyspace::Codes, &hash)
+        .await?
+    else {
+        code_reused(app, &hash).await?;
+        return Err(INVALID_GRANT.into());
+    };
+    if rec.client_id != client.client_id {
+        return Err(INVALID_GRANT.into());
+    }
+    if redirect_uri.is_some_and(|r| r != rec.redirect_uri) {
+        return Err(OAuthError::new(
+            ErrorCode::InvalidGrant,
+            "redirect_uri does not match the authorization request",
+        )
+        .into());
+    }
+    audience::recheck(&rec.resource, resource)?;
+    rec.code_challenge
+        .verify(code_verifier.map(|v| v.secret()))?;
+    if !consent_registry::exists_for_client(app.store.as_ref(), &rec.user_id, &rec.client_id)
+        .await?
+    {
+        return Err(INVALID_GRANT.into());
+    }
+    let now = app.clock.now();
+    let tomb = UsedCodeRecord {
+        family_id: rec.family_id.clone(),
+        completed: false,
+    };
+    if !app
+        .store
+        .insert_json(
+            Keyspace::UsedCodes,
+            &hash,
+            &tomb,
+            Some(now.plus(USED_CODE_TTL_SECS)),
+        )
+        .await?
+    {
+        code_reused(app, &hash).await?;
+        return Err(INVALID_GRANT.into());
+    }
+    if app.store.take(Keyspace::Codes, &hash).await?.is_none() {
+        return Err(INVALID_GRANT.into()); // expired between the read and the take
+    }
+    let resp = start_family(app, &rec, client).await?;
+    mark_completed(app, &hash).await?;
+    let consent_gone =
+        !consent_registry::exists_for_client(app.store.as_ref(), &rec.user_id, &rec.client_id)
+            .await?;
+    if consent_gone {
+        revoke_family(app, &rec.family_id).await?;
+        return Err(INVALID_GRANT.into());
+    }
+    audit_best_effort(
+        app,
+        AuditEvent::TokenIssued {
+            user_id: rec.user_id.clone(),
+            client_id: client.client_id.clone(),
+            family_id: rec.family_id.clone(),
+        },
+    )
+    .await;
+    Ok(resp)
+}
+
+/// The state change already happened and is durable; a failed audit write must not turn the
+/// response into an error the client would retry.
+async fn audit_best_effort(app: &App, event: AuditEvent) {
+    if let Err(e) = app.audit.record(event).await {
+        tracing::error!(error = %e, "audit write failed");
+    }
+}
+
 fn family_expiry(app: &App, created: UnixTime, now: UnixTime) -> UnixTime {
     let t = &app.config.tokens;
     now.plus(t.refresh_idle_ttl_secs)
@@ -284,6 +348,7 @@ async fn start_family(
         resource: code.resource.clone(),
         current: vec![refresh.hash()],
         previous: None,
+        retired: Vec::new(),
         rotated_at: now,
         created_at: now,
         revoked: false,
@@ -352,18 +417,49 @@ async fn mint_access(
     Ok((token.secret().to_owned(), ttl))
 }
 
-async fn detect_code_reuse(app: &App, hash: &str) -> Result<(), FlowError> {
-    if let Some(used) = app
+/// A code was presented again. Once the first redemption has completed, that is a replay:
+/// revoke what it produced. While it is still in flight, the loser of the race just fails.
+async fn code_reused(app: &App, hash: &str) -> Result<(), FlowError> {
+    let Some(used) = app
         .store
         .get_json::<UsedCodeRecord>(Keyspace::UsedCodes, hash)
         .await?
-        && revoke_family(app, &used.family_id).await?
-    {
-        app.audit
-            .record(AuditEvent::CodeReuse {
+    else {
+        return Ok(());
+    };
+    if used.completed && revoke_family(app, &used.family_id).await? {
+        audit_best_effort(
+            app,
+            AuditEvent::CodeReuse {
                 family_id: used.family_id,
-            })
-            .await?;
+            },
+        )
+        .await;
+    }
+    Ok(())
+}
+
+async fn mark_completed(app: &App, hash: &str) -> Result<(), FlowError> {
+    for _ in 0..CAS_RETRIES {
+        let Some((mut used, version)) = app
+            .store
+            .get_versioned::<UsedCodeRecord>(Keyspace::UsedCodes, hash)
+            .await?
+        else {
+            return Ok(());
+        };
+        used.completed = true;
+        let v = Versioned {
+            value: encode(&used)?,
+            expires_at: version.expires_at,
+        };
+        if app
+            .store
+            .compare_and_swap(Keyspace::UsedCodes, hash, &version, Some(v))
+            .await?
+        {
+            return Ok(());
+        }
     }
     Ok(())
 }

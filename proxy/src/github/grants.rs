@@ -57,6 +57,23 @@ pub struct Grants {
     in_flight: Arc<Mutex<HashMap<UserId, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
+/// Removes a person's single-flight lock once nobody else waits on it, so the map does not
+/// grow with every person who ever refreshed.
+struct PruneOnDrop<'a> {
+    map: &'a Mutex<HashMap<UserId, Arc<tokio::sync::Mutex<()>>>>,
+    user: &'a UserId,
+}
+
+impl Drop for PruneOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.map.lock()
+            && m.get(self.user).is_some_and(|l| Arc::strong_count(l) <= 2)
+        {
+            m.remove(self.user);
+        }
+    }
+}
+
 fn aad(user: &UserId, what: &str) -> Vec<u8> {
     format!("mcp-oauth-proxy/grant/{what}/{}", user.as_str()).into_bytes()
 }
@@ -179,6 +196,10 @@ impl Grants {
             map.entry(user.clone()).or_default().clone()
         };
         let _guard = lock.lock().await;
+        let _prune = PruneOnDrop {
+            map: &self.in_flight,
+            user,
+        };
         // Whoever held the lock before us may have refreshed already: read again.
         let Some((rec, version)) = self
             .store

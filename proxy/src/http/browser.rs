@@ -44,12 +44,13 @@ pub async fn authorize(
     let input = AuthorizeInput {
         raw_query: q.as_deref().unwrap_or_default(),
         session_cookie: cookies::read(&headers, cookies::SESSION_COOKIE),
+        csrf_cookie: cookies::read(&headers, cookies::CSRF_COOKIE),
         sec_fetch_site: header_str(&headers, "sec-fetch-site").map(str::to_owned),
     };
     match authorize::authorize(&app, input).await? {
         AuthorizeOutcome::Redirect(url) => Ok(Redirect::to(&url).into_response()),
-        AuthorizeOutcome::Consent(p) => {
-            let mut resp = render(*p).into_response();
+        AuthorizeOutcome::Consent(p, set_cookie) => {
+            let mut resp = with_cookies(render(*p).into_response(), set_cookie.as_slice());
             resp.headers_mut().insert(
                 header::CONTENT_SECURITY_POLICY,
                 HeaderValue::from_static(CSP_CONSENT),
@@ -65,8 +66,10 @@ pub async fn consent(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
+    let csrf_cookie = cookies::read(&headers, cookies::CSRF_COOKIE);
     let input = ConsentInput {
         body: form(&body)?,
+        csrf_cookie: csrf_cookie.as_deref(),
         sec_fetch_site: header_str(&headers, "sec-fetch-site"),
         origin: header_str(&headers, "origin"),
     };

@@ -98,8 +98,11 @@ pub enum RefreshDecision {
     /// The previous token inside the window, but its siblings are used up: refuse without
     /// revoking (a client racing itself is not a thief).
     GraceExhausted,
-    /// An older token (or the previous one too late): revoke the family.
+    /// A token this family issued earlier (or the previous one too late): revoke the family.
     Reuse,
+    /// A well-formed token this family never issued (a guess or a forgery): refuse, change
+    /// nothing, so knowing a family id is not enough to log its owner out.
+    Unknown,
     /// The family is already revoked.
     Revoked,
 }
@@ -114,20 +117,28 @@ pub fn decide(
     if family.revoked {
         return RefreshDecision::Revoked;
     }
-    let is = |h: &str| crypto::ct_eq(h.as_bytes(), presented_hash.as_bytes());
-    if family.current.iter().any(|h| is(h)) {
+    let is = |h: &String| crypto::ct_eq(h.as_bytes(), presented_hash.as_bytes());
+    if family.current.iter().any(is) {
         return RefreshDecision::Rotate;
     }
-    let in_grace = now.since(family.rotated_at) <= grace_secs;
-    if family.previous.as_deref().is_some_and(is) && in_grace {
+    if family.previous.as_ref().is_some_and(is) {
+        if now.since(family.rotated_at) > grace_secs {
+            return RefreshDecision::Reuse;
+        }
         return if family.current.len() < MAX_SIBLINGS {
             RefreshDecision::GraceSibling
         } else {
             RefreshDecision::GraceExhausted
         };
     }
-    RefreshDecision::Reuse
+    if family.retired.iter().any(is) {
+        return RefreshDecision::Reuse;
+    }
+    RefreshDecision::Unknown
 }
+
+/// How many retired token hashes a family remembers for reuse detection.
+const MAX_RETIRED: usize = 64;
 
 /// The family after a decision.
 pub fn apply(
@@ -140,13 +151,23 @@ pub fn apply(
     let mut next = family.clone();
     match decision {
         RefreshDecision::Rotate => {
+            // The old previous token and the unused siblings of the presented one retire.
+            next.retired.extend(next.previous.take());
+            next.retired.extend(
+                next.current
+                    .iter()
+                    .filter(|h| h.as_str() != presented_hash)
+                    .cloned(),
+            );
+            let excess = next.retired.len().saturating_sub(MAX_RETIRED);
+            next.retired.drain(..excess);
             next.previous = Some(presented_hash.to_owned());
             next.current = vec![new_hash];
             next.rotated_at = now;
         }
         RefreshDecision::GraceSibling => next.current.push(new_hash),
         RefreshDecision::Reuse => next.revoked = true,
-        RefreshDecision::GraceExhausted | RefreshDecision::Revoked => {}
+        RefreshDecision::GraceExhausted | RefreshDecision::Revoked | RefreshDecision::Unknown => {}
     }
     next
 }
@@ -196,6 +217,7 @@ mod tests {
             resource: "r".into(),
             current: vec!["h1".into()],
             previous: None,
+            retired: Vec::new(),
             rotated_at: UnixTime(100),
             created_at: UnixTime(100),
             revoked: false,
@@ -246,6 +268,48 @@ mod tests {
             decide(&dead, "h3", UnixTime(242), 30),
             RefreshDecision::Revoked
         );
+    }
+
+    #[test]
+    fn forged_token_for_a_known_family_changes_nothing() {
+        let f = apply(
+            &family(),
+            RefreshDecision::Rotate,
+            "h1",
+            "h2".into(),
+            UnixTime(200),
+        );
+        assert_eq!(
+            decide(&f, "never-issued", UnixTime(201), 30),
+            RefreshDecision::Unknown
+        );
+        assert_eq!(
+            apply(
+                &f,
+                RefreshDecision::Unknown,
+                "never-issued",
+                String::new(),
+                UnixTime(201)
+            ),
+            f
+        );
+    }
+
+    #[test]
+    fn retired_list_is_bounded() {
+        let mut f = family();
+        for i in 0..100 {
+            let cur = f.current[0].clone();
+            f = apply(
+                &f,
+                RefreshDecision::Rotate,
+                &cur,
+                format!("t{i}"),
+                UnixTime(200 + i),
+            );
+        }
+        assert!(f.retired.len() <= MAX_RETIRED);
+        assert_eq!(decide(&f, "t50", UnixTime(400), 30), RefreshDecision::Reuse);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::error::{ErrorCode, OAuthError};
-use crate::ids::{AuthCode, ClientId, ClientSecret, RefreshToken};
+use crate::ids::{AuthCode, ClientId, ClientSecret, CodeVerifier, RefreshToken};
 
 /// Parsed `application/x-www-form-urlencoded` parameters with each name at most once.
 #[derive(Debug, Default)]
@@ -143,7 +143,7 @@ pub enum TokenRequest {
         /// must equal the one used at /authorize when sent
         redirect_uri: Option<String>,
         /// PKCE verifier
-        code_verifier: Option<String>,
+        code_verifier: Option<CodeVerifier>,
         /// RFC 8707
         resource: Option<String>,
     },
@@ -167,7 +167,7 @@ impl TokenRequest {
             "authorization_code" => Ok(TokenRequest::AuthorizationCode {
                 code: AuthCode::new(p.require("code", "code is required")?),
                 redirect_uri: s("redirect_uri"),
-                code_verifier: s("code_verifier"),
+                code_verifier: p.get("code_verifier").map(CodeVerifier::new),
                 resource: s("resource"),
             }),
             "refresh_token" => Ok(TokenRequest::RefreshToken {
@@ -189,7 +189,10 @@ impl TokenRequest {
 /// form-urlencoded per RFC 6749 §2.3.1.
 pub fn parse_basic(value: &str) -> Result<(String, String), OAuthError> {
     let bad = OAuthError::new(ErrorCode::InvalidClient, "client authentication failed");
-    let b64 = value.strip_prefix("Basic ").ok_or(bad.clone())?;
+    let (scheme, b64) = value.split_once(' ').ok_or(bad.clone())?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err(bad);
+    }
     let raw = crate::crypto::b64_decode(b64).ok_or(bad.clone())?;
     let text = String::from_utf8(raw).map_err(|_| bad.clone())?;
     let (id, secret) = text.split_once(':').ok_or(bad.clone())?;

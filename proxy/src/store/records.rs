@@ -58,6 +58,8 @@ pub struct TxnRecord {
     pub scopes: ScopeSet,
     /// The client's `state`, echoed back.
     pub client_state: Option<String>,
+    /// SHA-256 of the CSRF cookie of the browser that was shown the consent page.
+    pub browser: String,
     /// When it started.
     pub created_at: UnixTime,
 }
@@ -174,6 +176,9 @@ pub struct CodeRecord {
 pub struct UsedCodeRecord {
     /// The family the code started.
     pub family_id: FamilyId,
+    /// Set once the first redemption has issued its tokens.
+    #[serde(default)]
+    pub completed: bool,
 }
 
 /// One authorization's refresh-token family.
@@ -194,6 +199,10 @@ pub struct FamilyRecord {
     pub current: Vec<String>,
     /// Hash of the immediately previous token, honoured until `rotated_at + grace`.
     pub previous: Option<String>,
+    /// Hashes of older tokens of this family (bounded): presenting one is reuse. A token
+    /// that was never issued is merely unknown and changes nothing.
+    #[serde(default)]
+    pub retired: Vec<String>,
     /// When `previous` was replaced.
     pub rotated_at: UnixTime,
     /// When the family started.
@@ -243,4 +252,13 @@ pub struct GrantRecord {
     pub updated_at: UnixTime,
     /// Set when GitHub stopped honouring the token (refresh failed, 401).
     pub broken: bool,
+}
+
+/// People who approved a client sending access to one redirect host (hashed user ids,
+/// bounded): a host counts as known only once several people have, so an attacker approving
+/// their own client cannot silence the warning for everyone else.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SeenHostRecord {
+    /// SHA-256 of each approver's user id.
+    pub approvers: Vec<String>,
 }
