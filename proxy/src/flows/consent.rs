@@ -114,7 +114,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
                 txn_id.as_str().to_owned(),
                 FlowPurpose::Authorize {
                     txn_id: txn_id.clone(),
-                    txn,
+                    txn: Box::new(txn),
                 },
             )
             .await?;

@@ -73,7 +73,7 @@ pub enum FlowPurpose {
         /// The transaction id (also the flow id).
         txn_id: TxnId,
         /// The transaction.
-        txn: TxnRecord,
+        txn: Box<TxnRecord>,
     },
     /// A plain sign-in to the proxy (account page).
     SignIn {
