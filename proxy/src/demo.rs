@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use mcp_examples::backend::{BackendConfig, DemoBackend};
 use mcp_examples::{FakeGitHub, FakeGitHubConfig};
 
 use crate::clock::SystemClock;
@@ -39,6 +40,12 @@ pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
     ))
     .await
     .map_err(|e| StartError::GitHub(e.to_string()))?;
+    let backend = DemoBackend::start(BackendConfig {
+        github_api_url: github.api_url(),
+        prefer_sse: false,
+    })
+    .await
+    .map_err(|e| StartError::GitHub(format!("demo backend: {e}")))?;
     let toml = format!(
         r#"
 [server]
@@ -54,21 +61,27 @@ token_url = "{token}"
 api_url = "{api}"
 [store]
 path = "{store}"
+[backend]
+url = "{backend}"
+auth = "github_token"
 "#,
         listen = opts.listen,
         authorize = github.authorize_url(),
         token = github.token_url(),
         api = github.api_url(),
         store = dir.path().join("store").display(),
+        backend = backend.url(),
     );
     let config = Config::from_toml(&toml, &NoEnv).map_err(|e| StartError::Keys(e.to_string()))?;
     let app = run::prepare(config, Arc::new(SystemClock))?;
     println!(
-        "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice, mallory or bob. Press Ctrl-C to stop.\n",
+        "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Demo MCP backend:      {be} (tools: whoami, list_repos, slow_count)\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice, mallory or bob. Press Ctrl-C to stop.\n",
         gh = github.base_url(),
+        be = backend.url(),
         store = dir.path().display(),
     );
     let result = run::serve_on(opts.listen, app, run::shutdown_signal()).await;
+    backend.shutdown().await;
     github.shutdown().await;
     drop(dir);
     result

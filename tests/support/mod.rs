@@ -27,6 +27,8 @@ pub struct TestProxy {
     pub clock: Arc<ManualClock>,
     /// The fake GitHub.
     pub github: FakeGitHub,
+    /// The demo MCP backend, if started.
+    pub backend: Option<DemoBackend>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -35,6 +37,10 @@ pub struct TestProxy {
 pub struct Options {
     /// Extra TOML appended to the config (e.g. a `[tokens]` section).
     pub extra_toml: String,
+    /// Start the demo MCP backend and put it behind `/mcp`.
+    pub backend: bool,
+    /// The backend answers with SSE whenever the client accepts it.
+    pub backend_prefers_sse: bool,
 }
 
 impl TestProxy {
@@ -58,6 +64,27 @@ impl TestProxy {
         let addr = listener.local_addr().unwrap();
         let base = format!("http://{addr}");
         github.set_callback_url(&format!("{base}/callback/github"));
+        let backend = if opts.backend {
+            Some(
+                DemoBackend::start(BackendConfig {
+                    github_api_url: github.api_url(),
+                    prefer_sse: opts.backend_prefers_sse,
+                })
+                .await
+                .unwrap(),
+            )
+        } else {
+            None
+        };
+        let backend_toml = backend
+            .as_ref()
+            .map(|b| {
+                format!(
+                    "[backend]\nurl = \"{}\"\nauth = \"github_token\"\n",
+                    b.url()
+                )
+            })
+            .unwrap_or_default();
         let toml = format!(
             r#"
 [server]
@@ -72,6 +99,7 @@ token_url = "{t}"
 api_url = "{api}"
 [store]
 path = "/nonexistent-tests-use-a-temporary-store"
+{backend_toml}
 {extra}
 "#,
             a = github.authorize_url(),

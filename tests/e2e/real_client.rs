@@ -1,0 +1,1 @@
+//! Real-client end-to-end tests (written next).
