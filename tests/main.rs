@@ -16,6 +16,19 @@ mod bindings {
     mod redirect;
 }
 
+mod gateway {
+    mod auth;
+    mod passthrough;
+    mod sessions;
+    mod streaming;
+}
+
+/// Real clients: the official MCP TypeScript SDK and headless Chromium (skipped with a notice
+/// when Node or Chromium is missing, required when `MCP_E2E=require`, as in CI).
+mod e2e {
+    mod real_client;
+}
+
 mod flows {
     mod account;
     mod consent_form;

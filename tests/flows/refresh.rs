@@ -12,6 +12,7 @@ fn rt(r: &crate::support::client::JsonResp) -> String {
 async fn refresh_reuse_outside_grace_window_revokes_the_family() {
     let proxy = TestProxy::start_with(Options {
         extra_toml: "[tokens]\nrefresh_grace_secs = 30\n".into(),
+        ..Options::default()
     })
     .await;
     let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;

@@ -5,9 +5,11 @@
 pub mod browser;
 pub mod client;
 pub mod logs;
+pub mod mcp;
 
 use std::sync::Arc;
 
+use mcp_examples::backend::{BackendConfig, DemoBackend};
 use mcp_examples::{FakeGitHub, FakeGitHubConfig};
 use mcp_oauth_proxy::app::App;
 use mcp_oauth_proxy::clock::{Clock, ManualClock, SystemClock};
@@ -41,6 +43,8 @@ pub struct Options {
     pub backend: bool,
     /// The backend answers with SSE whenever the client accepts it.
     pub backend_prefers_sse: bool,
+    /// Extra lines inside the `[backend]` section.
+    pub backend_toml: String,
 }
 
 impl TestProxy {
@@ -80,8 +84,9 @@ impl TestProxy {
             .as_ref()
             .map(|b| {
                 format!(
-                    "[backend]\nurl = \"{}\"\nauth = \"github_token\"\n",
-                    b.url()
+                    "[backend]\nurl = \"{}\"\nauth = \"github_token\"\n{}\n",
+                    b.url(),
+                    opts.backend_toml
                 )
             })
             .unwrap_or_default();
@@ -126,8 +131,14 @@ path = "/nonexistent-tests-use-a-temporary-store"
             app,
             clock,
             github,
+            backend,
             _stop: tx,
         }
+    }
+
+    /// The backend (panics if the proxy was started without one).
+    pub fn backend(&self) -> &DemoBackend {
+        self.backend.as_ref().expect("started with a backend")
     }
 
     /// `base + path`.
