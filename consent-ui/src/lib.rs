@@ -155,6 +155,8 @@ pub struct ConsentRow {
     pub approved: String,
     /// Pre-formatted, e.g. "last used 5 minutes ago" or "never used".
     pub last_used: String,
+    /// Whether this agent may currently use the connected GitHub account.
+    pub github_allowed: bool,
 }
 
 /// The account page: which clients this person approved, with a revoke button per client.
@@ -175,6 +177,12 @@ pub struct AccountPage {
     pub sign_out_action: String,
     /// e.g. "Access for Repo Helper was revoked.", shown in a calm info box.
     pub notice: Option<String>,
+    /// The connected GitHub account's login, if one is connected.
+    pub github_login: Option<String>,
+    /// The disconnect form posts hidden `csrf` here, e.g. `/account/disconnect`.
+    pub disconnect_action: String,
+    /// Each allowed row posts hidden `client_id` and `csrf` here, e.g. `/account/withdraw`.
+    pub withdraw_action: String,
 }
 
 impl fmt::Debug for AccountPage {
@@ -186,7 +194,45 @@ impl fmt::Debug for AccountPage {
             .field("revoke_action", &self.revoke_action)
             .field("sign_out_action", &self.sign_out_action)
             .field("notice", &self.notice)
-            .finish()
+            .field("github_login", &self.github_login)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connect link's page, shown only to the person it was made for: what the agent needs
+/// and one button to do it (or decline).
+///
+/// `Debug` redacts `csrf`.
+#[derive(Clone, Template)]
+#[template(path = "connect.html")]
+pub struct ConnectPage {
+    /// The agent (MCP client) name; autoescaped.
+    pub agent_name: String,
+    /// `false` shows the "Unverified" badge.
+    pub agent_verified: bool,
+    /// The signed-in person's login, e.g. "alice".
+    pub login: String,
+    /// Headline, e.g. "Let Repo Helper use your GitHub account".
+    pub title: String,
+    /// One plain sentence on what happens.
+    pub detail: String,
+    /// Scopes the agent will use, pre-formatted.
+    pub scopes: String,
+    /// Primary button label, e.g. "Connect GitHub" or "Allow".
+    pub action_label: String,
+    /// Where the form posts (the link's own path).
+    pub form_action: String,
+    /// Hidden input `csrf`.
+    pub csrf: String,
+}
+
+impl fmt::Debug for ConnectPage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectPage")
+            .field("agent_name", &self.agent_name)
+            .field("title", &self.title)
+            .field("csrf", &REDACTED)
+            .finish_non_exhaustive()
     }
 }
 
@@ -237,6 +283,7 @@ mod tests {
             scopes: "read:user, repo".to_owned(),
             approved: "approved 2 days ago".to_owned(),
             last_used: "never used".to_owned(),
+            github_allowed: true,
         }
     }
 
@@ -248,6 +295,9 @@ mod tests {
             revoke_action: "/account/revoke".to_owned(),
             sign_out_action: "/account/sign-out".to_owned(),
             notice: None,
+            github_login: Some("alice".to_owned()),
+            disconnect_action: "/account/disconnect".to_owned(),
+            withdraw_action: "/account/withdraw".to_owned(),
         }
     }
 
@@ -287,6 +337,26 @@ mod tests {
             ("account-empty", account_page(Vec::new()).render().unwrap()),
             ("account", account.render().unwrap()),
         ]
+    }
+
+    #[test]
+    fn connect_page_escapes_and_has_both_buttons() {
+        let page = ConnectPage {
+            agent_name: "<b>Evil</b>".into(),
+            agent_verified: false,
+            login: "alice".into(),
+            title: "Let it use GitHub".into(),
+            detail: "d".into(),
+            scopes: "read:user".into(),
+            action_label: "Allow".into(),
+            form_action: "/connect/abc".into(),
+            csrf: "tok".into(),
+        };
+        let html = page.render().unwrap();
+        assert!(!html.contains("<b>Evil</b>"));
+        assert!(html.contains("value=\"approve\"") && html.contains("value=\"decline\""));
+        assert!(html.contains("name=\"csrf\" value=\"tok\""));
+        assert!(!html.contains("<script") && !html.contains("style="));
     }
 
     #[test]
@@ -452,7 +522,7 @@ mod tests {
                 "{name}: viewport"
             );
             assert!(
-                html.contains(r#"<meta name="referrer" content="no-referrer">"#),
+                html.contains(r#"<meta name="referrer" content="same-origin">"#),
                 "{name}: referrer"
             );
             assert_eq!(html.matches("<title>").count(), 1, "{name}: title");
@@ -499,8 +569,10 @@ mod tests {
         assert!(html.contains("Signed in as <strong>@alice</strong>"));
         assert!(!html.contains("Revoke access"));
         assert!(!html.contains(r#"class="notice""#));
-        // Only the sign-out form.
-        assert_eq!(html.matches("<form").count(), 1);
+        // The sign-out form and the GitHub disconnect form.
+        assert_eq!(html.matches("<form").count(), 2);
+        assert!(html.contains(r#"<form method="post" action="/account/disconnect""#));
+        assert!(html.contains("GitHub account connected: <strong>@alice</strong>"));
         assert!(html.contains(r#"<form method="post" action="/account/sign-out""#));
         assert!(html.contains(r#"<input type="hidden" name="csrf" value="csrf-acct-789">"#));
         assert!(html.contains(">Sign out</button>"));
@@ -527,8 +599,13 @@ mod tests {
         assert!(html.contains(r#"class="notice" role="status""#));
         assert!(html.contains("Access for Old Tool was revoked."));
 
-        // One revoke form per row, plus sign-out.
-        assert_eq!(html.matches("<form").count(), 3);
+        // Per row a revoke and a stop-using-GitHub form, plus sign-out and disconnect.
+        assert_eq!(html.matches("<form").count(), 6);
+        assert_eq!(
+            html.matches(r#"<form method="post" action="/account/withdraw""#)
+                .count(),
+            2
+        );
         assert_eq!(
             html.matches(r#"<form method="post" action="/account/revoke""#)
                 .count(),
@@ -539,14 +616,14 @@ mod tests {
         assert_eq!(
             html.matches(r#"<input type="hidden" name="csrf" value="csrf-acct-789">"#)
                 .count(),
-            3
+            6
         );
         assert_eq!(html.matches(">Revoke access</button>").count(), 2);
-        // The first row's revoke form carries the first row's client id.
-        let first_form = html.find("/account/revoke").unwrap();
-        let c_one = html.find(r#"value="c_one""#).unwrap();
-        let c_two = html.find(r#"value="c_two""#).unwrap();
-        assert!(first_form < c_one && c_one < c_two);
+        // Each row's forms carry that row's client id: c_one's come before the second row.
+        let first_revoke = html.find("/account/revoke").unwrap();
+        let c_one_last = html.rfind(r#"value="c_one""#).unwrap();
+        let c_two_first = html.find(r#"value="c_two""#).unwrap();
+        assert!(first_revoke < c_one_last && c_one_last < c_two_first);
     }
 
     #[test]

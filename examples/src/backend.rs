@@ -30,16 +30,32 @@
 //! `slow_count` streams progress notifications, to exercise streaming and cancellation through
 //! the proxy.
 //!
+//! **Exchange mode** ([`DemoBackend::start_with_exchange`], the proxy's `[backend] auth =
+//! "exchange"`, DESIGN.md §7): the received token is a short-lived proxy token (`mcpbt_…`), not a
+//! GitHub token. `whoami` and `list_repos` trade it at the proxy's token endpoint (RFC 8693) for
+//! the person's GitHub token and use that; nothing else needs GitHub. When the proxy refuses
+//! with a connect link, the backend relays it as DESIGN.md §5 says: `-32042` to a 2025-11-25
+//! session that declared URL elicitation, an `input_required` result with a single-use
+//! `requestState` to a 2026-07-28 request that declared it, a tool error with the link to anyone
+//! else. Every attempt is listed by [`DemoBackend::exchanges`].
+//!
 //! Deliberately *not* imitated: `Origin` validation (the proxy in front does it; the backend
 //! binds to loopback), JSON-RPC batches (removed from MCP; answered with 400), server→client
 //! requests, and `notifications/cancelled` (it is accepted and ignored; closing the stream is
 //! what cancels here).
 
+mod exchange;
+mod relay;
 mod sse;
 #[cfg(test)]
 mod tests;
 mod tools;
 mod transport;
+
+pub use exchange::{
+    ExchangeAttempt, ExchangeConfig, GRANT_TYPE_TOKEN_EXCHANGE, REFUSAL_REASONS,
+    TOKEN_TYPE_ACCESS_TOKEN,
+};
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -118,12 +134,52 @@ impl DemoBackend {
 
     /// Starts the backend on the given address.
     pub async fn start_on(config: BackendConfig, addr: SocketAddr) -> std::io::Result<DemoBackend> {
+        Self::launch(config, None, addr).await
+    }
+
+    /// Starts the backend in exchange mode on an ephemeral port of 127.0.0.1: the tools trade
+    /// the token they receive for a GitHub token at `exchange.token_url`.
+    pub async fn start_with_exchange(
+        config: BackendConfig,
+        exchange: ExchangeConfig,
+    ) -> std::io::Result<DemoBackend> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        Self::start_on_with_exchange(config, exchange, addr).await
+    }
+
+    /// Starts the backend in exchange mode on the given address. `exchange.token_url` must be
+    /// an absolute `http`/`https` URL (else `InvalidInput`).
+    pub async fn start_on_with_exchange(
+        config: BackendConfig,
+        exchange: ExchangeConfig,
+        addr: SocketAddr,
+    ) -> std::io::Result<DemoBackend> {
+        let valid = url::Url::parse(&exchange.token_url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+        if !valid {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "the token endpoint {:?} is not an http(s) URL",
+                    exchange.token_url
+                ),
+            ));
+        }
+        Self::launch(config, Some(exchange), addr).await
+    }
+
+    async fn launch(
+        config: BackendConfig,
+        exchange: Option<ExchangeConfig>,
+        addr: SocketAddr,
+    ) -> std::io::Result<DemoBackend> {
         let http = tools::github_client().map_err(std::io::Error::other)?;
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let (stopping, _) = watch::channel(false);
         let app: App = Arc::new(AppState {
             config,
+            exchange,
             http,
             state: Mutex::new(State::default()),
             cancelled: AtomicUsize::new(0),
@@ -180,6 +236,11 @@ impl DemoBackend {
         self.inner.app.completed.load(Ordering::SeqCst)
     }
 
+    /// Every token exchange attempted (exchange mode), in order.
+    pub fn exchanges(&self) -> Vec<ExchangeAttempt> {
+        self.inner.app.lock().exchanges.clone()
+    }
+
     /// Live 2025-x sessions.
     pub fn sessions(&self) -> usize {
         self.inner.app.lock().sessions.len()
@@ -225,7 +286,9 @@ pub(crate) type App = Arc<AppState>;
 
 pub(crate) struct AppState {
     config: BackendConfig,
-    /// Client for GitHub's REST API.
+    /// `Some` in exchange mode.
+    exchange: Option<ExchangeConfig>,
+    /// Client for GitHub's REST API and the proxy's token endpoint.
     http: reqwest::Client,
     /// Taken only briefly and never across `.await`.
     state: Mutex<State>,
@@ -245,15 +308,17 @@ impl AppState {
 struct State {
     requests: Vec<BackendRequest>,
     sessions: HashMap<String, Session>,
+    exchanges: Vec<ExchangeAttempt>,
+    /// `requestState`s handed to 2026-07-28 clients with a connect-link refusal.
+    request_states: relay::RequestStates,
 }
 
 /// A 2025-x session.
 struct Session {
     /// The version agreed at `initialize`.
     protocol_version: String,
-    /// Whether `initialize` declared `capabilities.elicitation.url`. Nothing uses it: it is
-    /// kept because a real server must remember it (URL elicitation may only be sent to clients
-    /// that declared it), and the proxy's rewriting of capabilities can be observed here.
+    /// Whether `initialize` declared `capabilities.elicitation.url` (an object). URL
+    /// elicitation (`-32042` in exchange mode) may only be sent to sessions that did.
     elicitation_url: bool,
     /// SSE event ids, unique within the session (response streams and the standalone stream).
     event_ids: Arc<AtomicU64>,
@@ -296,7 +361,7 @@ impl State {
     }
 }
 
-/// `bytes` random bytes as lower-case hex (session ids).
+/// `bytes` random bytes as lower-case hex (session ids, `requestState`s).
 #[allow(clippy::disallowed_methods)] // a demo server, not the proxy: it has its own randomness
 fn random_hex(bytes: usize) -> String {
     use std::hash::{BuildHasher, Hasher};

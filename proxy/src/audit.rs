@@ -142,6 +142,83 @@ pub enum AuditEvent {
         /// "ok", "tool_error", "error", "input_required", "cancelled", "backend_error", or an HTTP status.
         outcome: String,
     },
+    /// A person's GitHub grant was stored (authorization or connect link).
+    GitHubGrantStored {
+        /// Person.
+        user_id: UserId,
+        /// GitHub login.
+        login: String,
+    },
+    /// A person disconnected GitHub on the account page.
+    GitHubGrantDisconnected {
+        /// Person.
+        user_id: UserId,
+    },
+    /// A person stopped an agent from using GitHub.
+    AllowanceWithdrawn {
+        /// Person.
+        user_id: UserId,
+        /// Agent.
+        client_id: ClientId,
+    },
+    /// A connect link was handed to an agent.
+    ConnectLinkCreated {
+        /// Link id.
+        link_id: String,
+        /// Person.
+        user_id: UserId,
+        /// Agent.
+        client_id: ClientId,
+        /// "connect", "allow" or "reconnect".
+        kind: String,
+    },
+    /// A connect link was opened by someone other than its person (operators: a phishing
+    /// attempt or a mistake).
+    ConnectLinkRefused {
+        /// Link id.
+        link_id: String,
+        /// Whose link.
+        owner: UserId,
+        /// Who opened it.
+        opener: UserId,
+    },
+    /// A connect flow came back from GitHub with another account than the link's person.
+    ConnectLinkWrongAccount {
+        /// Link id.
+        link_id: String,
+        /// Whose link.
+        owner: UserId,
+        /// The GitHub account that came back.
+        returned: UserId,
+    },
+    /// A connect link's action was completed.
+    ConnectLinkCompleted {
+        /// Link id.
+        link_id: String,
+        /// Person.
+        user_id: UserId,
+        /// Agent.
+        client_id: ClientId,
+    },
+    /// A connect link was declined.
+    ConnectLinkDeclined {
+        /// Link id.
+        link_id: String,
+        /// Person.
+        user_id: UserId,
+    },
+    /// A backend exchanged its token for the person's GitHub token (RFC 8693).
+    TokenExchanged {
+        /// Person.
+        user_id: UserId,
+        /// Agent.
+        client_id: ClientId,
+    },
+    /// A token exchange was refused.
+    TokenExchangeRefused {
+        /// "connect_required", "allow_required", "reconnect_required", or why the request was invalid.
+        reason: String,
+    },
     /// A person revoked a client on the account page.
     ClientAccessRevoked {
         /// Person.

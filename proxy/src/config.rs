@@ -54,9 +54,29 @@ struct RawConfig {
     #[serde(default)]
     session: RawSession,
     backend: Option<RawBackend>,
+    #[serde(default)]
+    connect: RawConnect,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawConnect {
+    link_ttl_secs: u64,
+    max_sign_in_age_secs: u64,
+}
+
+impl Default for RawConnect {
+    fn default() -> Self {
+        let d = ConnectPolicy::default();
+        RawConnect {
+            link_ttl_secs: d.link_ttl_secs,
+            max_sign_in_age_secs: d.max_sign_in_age_secs,
+        }
+    }
+}
+
+// No Debug: may hold the exchange client's secret inline.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBackend {
     url: String,
@@ -66,6 +86,16 @@ struct RawBackend {
     required_scopes: Vec<String>,
     #[serde(default = "default_connect_timeout")]
     connect_timeout_secs: u64,
+    exchange_client_id: Option<String>,
+    exchange_client_secret: Option<String>,
+    exchange_client_secret_file: Option<PathBuf>,
+    exchange_client_secret_env: Option<String>,
+    #[serde(default = "default_backend_token_ttl")]
+    backend_token_ttl_secs: u64,
+}
+
+fn default_backend_token_ttl() -> u64 {
+    300
 }
 
 fn default_backend_auth() -> String {
@@ -132,20 +162,8 @@ struct RawStore {
     path: Option<PathBuf>,
 }
 
-// No Debug: holds inline secrets.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawKeys {
-    consent_cookie: Option<String>,
-    consent_cookie_file: Option<PathBuf>,
-    consent_cookie_env: Option<String>,
-    csrf: Option<String>,
-    csrf_file: Option<PathBuf>,
-    csrf_env: Option<String>,
-    token_encryption: Option<String>,
-    token_encryption_file: Option<PathBuf>,
-    token_encryption_env: Option<String>,
-}
+// No Debug: holds inline secrets. Names are checked against `KEY_NAMES`.
+type RawKeys = std::collections::BTreeMap<String, String>;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -212,13 +230,43 @@ pub struct Config {
     pub allowed_origins: Vec<String>,
     /// The backend MCP server behind `/mcp`, if configured.
     pub backend: Option<BackendConfig>,
+    /// Connect links.
+    pub connect: ConnectPolicy,
+}
+
+/// Connect links (DESIGN.md §6).
+#[derive(Debug, Clone)]
+pub struct ConnectPolicy {
+    /// How long a link stays open (housekeeping; the opener check is the protection).
+    pub link_ttl_secs: u64,
+    /// A sign-in older than this must be repeated before a link's action is offered.
+    pub max_sign_in_age_secs: u64,
+}
+
+impl Default for ConnectPolicy {
+    fn default() -> Self {
+        ConnectPolicy {
+            link_ttl_secs: 1800,
+            max_sign_in_age_secs: 900,
+        }
+    }
 }
 
 /// What the backend receives as its credential.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendAuth {
     /// The person's GitHub token as a Bearer token.
     GitHubToken,
+    /// A short-lived proxy token for the backend, which it exchanges (RFC 8693) for the
+    /// person's GitHub token, authenticating as this confidential client.
+    Exchange {
+        /// The backend's client id at our token endpoint.
+        client_id: String,
+        /// Its secret.
+        client_secret: std::sync::Arc<ClientSecret>,
+        /// Lifetime of each backend token.
+        token_ttl_secs: u64,
+    },
 }
 
 /// The backend MCP server (Streamable HTTP).
@@ -331,6 +379,15 @@ pub struct StoreConfig {
     pub path: PathBuf,
 }
 
+/// The keys' names, one per purpose.
+pub const KEY_NAMES: [&str; 5] = [
+    "consent_cookie",
+    "csrf",
+    "token_encryption",
+    "connect_link",
+    "request_state",
+];
+
 /// Keys, each used for exactly one purpose.
 #[derive(Clone, Debug)]
 pub struct Keys {
@@ -340,6 +397,11 @@ pub struct Keys {
     pub csrf: Key,
     /// AEAD for stored GitHub tokens.
     pub token_encryption: Key,
+    /// Derives connect-link codes from link ids (so the same link can be handed out again
+    /// without storing its code).
+    pub connect_link: Key,
+    /// MAC of the `requestState` the gateway mints for 2026-07-28 clients.
+    pub request_state: Key,
 }
 
 impl Keys {
@@ -349,18 +411,24 @@ impl Keys {
             consent_cookie: Key::generate()?,
             csrf: Key::generate()?,
             token_encryption: Key::generate()?,
+            connect_link: Key::generate()?,
+            request_state: Key::generate()?,
         })
     }
 
-    fn all_distinct(&self) -> bool {
-        let set: BTreeSet<&[u8; 32]> = [
-            self.consent_cookie.secret(),
-            self.csrf.secret(),
-            self.token_encryption.secret(),
+    fn all(&self) -> [(&'static str, &Key); 5] {
+        [
+            ("consent_cookie", &self.consent_cookie),
+            ("csrf", &self.csrf),
+            ("token_encryption", &self.token_encryption),
+            ("connect_link", &self.connect_link),
+            ("request_state", &self.request_state),
         ]
-        .into_iter()
-        .collect();
-        set.len() == 3
+    }
+
+    fn all_distinct(&self) -> bool {
+        let set: BTreeSet<&[u8; 32]> = self.all().iter().map(|(_, k)| k.secret()).collect();
+        set.len() == KEY_NAMES.len()
     }
 
     /// Loads keys generated earlier in the store directory, or generates and saves them
@@ -390,12 +458,10 @@ impl Keys {
         }
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let keys = Keys::generate().map_err(|e| e.to_string())?;
-        let text = format!(
-            "# Generated by mcp-oauth-proxy. Keep secret; several replicas must share keys from [keys] in the config instead.\nconsent_cookie = \"{}\"\ncsrf = \"{}\"\ntoken_encryption = \"{}\"\n",
-            crypto::b64(keys.consent_cookie.secret()),
-            crypto::b64(keys.csrf.secret()),
-            crypto::b64(keys.token_encryption.secret()),
-        );
+        let mut text = "# Generated by mcp-oauth-proxy. Keep secret; several replicas must share keys from [keys] in the config instead.\n".to_owned();
+        for (name, key) in keys.all() {
+            text.push_str(&format!("{name} = \"{}\"\n", crypto::b64(key.secret())));
+        }
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -515,36 +581,46 @@ fn resolve_key(
 }
 
 fn resolve_keys(raw: &RawKeys, env: &dyn Env, errs: &mut Vec<String>) -> Option<Keys> {
-    let c = resolve_key(
-        "consent_cookie",
-        raw.consent_cookie.as_ref(),
-        raw.consent_cookie_file.as_ref(),
-        raw.consent_cookie_env.as_ref(),
-        env,
-        errs,
-    );
-    let s = resolve_key(
-        "csrf",
-        raw.csrf.as_ref(),
-        raw.csrf_file.as_ref(),
-        raw.csrf_env.as_ref(),
-        env,
-        errs,
-    );
-    let t = resolve_key(
-        "token_encryption",
-        raw.token_encryption.as_ref(),
-        raw.token_encryption_file.as_ref(),
-        raw.token_encryption_env.as_ref(),
-        env,
-        errs,
-    );
-    match (c, s, t) {
-        (Some(consent_cookie), Some(csrf), Some(token_encryption)) => {
+    for name in raw.keys() {
+        let base = name
+            .strip_suffix("_file")
+            .or_else(|| name.strip_suffix("_env"))
+            .unwrap_or(name);
+        if !KEY_NAMES.contains(&base) {
+            errs.push(format!(
+                "keys.{name}: unknown key (known: {})",
+                KEY_NAMES.join(", ")
+            ));
+        }
+    }
+    let mut found = Vec::new();
+    for name in KEY_NAMES {
+        let file = raw.get(&format!("{name}_file")).map(PathBuf::from);
+        found.push(resolve_key(
+            name,
+            raw.get(name),
+            file.as_ref(),
+            raw.get(&format!("{name}_env")),
+            env,
+            errs,
+        ));
+    }
+    let mut it = found.into_iter();
+    let mut next = || it.next().flatten();
+    match (next(), next(), next(), next(), next()) {
+        (
+            Some(consent_cookie),
+            Some(csrf),
+            Some(token_encryption),
+            Some(connect_link),
+            Some(request_state),
+        ) => {
             let keys = Keys {
                 consent_cookie,
                 csrf,
                 token_encryption,
+                connect_link,
+                request_state,
             };
             if keys.all_distinct() {
                 Some(keys)
@@ -554,9 +630,10 @@ fn resolve_keys(raw: &RawKeys, env: &dyn Env, errs: &mut Vec<String>) -> Option<
             }
         }
         _ => {
-            errs.push(
-                "keys: give all of consent_cookie, csrf and token_encryption, or omit [keys] to generate them in the store directory".to_owned(),
-            );
+            errs.push(format!(
+                "keys: give all of {}, or omit [keys] to generate them in the store directory",
+                KEY_NAMES.join(", ")
+            ));
             None
         }
     }
@@ -706,6 +783,12 @@ impl Config {
             errs.push("session.consent_skip_max_age_secs: must not exceed max_age_secs".to_owned());
         }
 
+        if !(60..=86_400).contains(&raw.connect.link_ttl_secs) {
+            errs.push("connect.link_ttl_secs: between 60 and 86400".to_owned());
+        }
+        if !(60..=86_400).contains(&raw.connect.max_sign_in_age_secs) {
+            errs.push("connect.max_sign_in_age_secs: between 60 and 86400".to_owned());
+        }
         let mut allowed_origins = Vec::new();
         for o in server
             .map(|s| s.allowed_origins.as_slice())
@@ -738,10 +821,36 @@ impl Config {
             };
             let auth = match b.auth.as_str() {
                 "github_token" => Some(BackendAuth::GitHubToken),
+                "exchange" => {
+                    let secret = resolve_secret(
+                        "exchange_client_secret",
+                        b.exchange_client_secret.as_ref(),
+                        b.exchange_client_secret_file.as_ref(),
+                        b.exchange_client_secret_env.as_ref(),
+                        env,
+                        &mut errs,
+                    );
+                    let id = b.exchange_client_id.clone().filter(|i| !i.trim().is_empty());
+                    if id.is_none() {
+                        errs.push("backend.exchange_client_id: required with auth = \"exchange\"".to_owned());
+                    }
+                    if secret.as_ref().is_none_or(|s| s.len() < 16) {
+                        errs.push("backend.exchange_client_secret: required with auth = \"exchange\", at least 16 characters".to_owned());
+                    }
+                    if !(30..=3600).contains(&b.backend_token_ttl_secs) {
+                        errs.push("backend.backend_token_ttl_secs: between 30 and 3600".to_owned());
+                    }
+                    match (id, secret) {
+                        (Some(client_id), Some(s)) => Some(BackendAuth::Exchange {
+                            client_id,
+                            client_secret: std::sync::Arc::new(ClientSecret::new(s)),
+                            token_ttl_secs: b.backend_token_ttl_secs,
+                        }),
+                        _ => None,
+                    }
+                }
                 other => {
-                    errs.push(format!(
-                        "backend.auth: {other:?} is not supported (use \"github_token\")"
-                    ));
+                    errs.push(format!("backend.auth: {other:?} is not supported (use \"github_token\" or \"exchange\")"));
                     None
                 }
             };
@@ -766,6 +875,10 @@ impl Config {
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
+                    connect: ConnectPolicy {
+                        link_ttl_secs: raw.connect.link_ttl_secs,
+                        max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,
+                    },
                     allowed_origins,
                     backend,
                     resource_name: server
@@ -875,9 +988,11 @@ code_ttl_secs = 5
         let k = |b: u8| crypto::b64(&[b; 32]);
         let env: HashMap<String, String> = [("CK".to_owned(), k(1))].into_iter().collect();
         let text = format!(
-            "{MINIMAL}\n[keys]\nconsent_cookie_env = \"CK\"\ncsrf = \"{}\"\ntoken_encryption = \"{}\"\n",
+            "{MINIMAL}\n[keys]\nconsent_cookie_env = \"CK\"\ncsrf = \"{}\"\ntoken_encryption = \"{}\"\nconnect_link = \"{}\"\nrequest_state = \"{}\"\n",
             k(2),
-            k(3)
+            k(3),
+            k(4),
+            k(5)
         );
         let c = Config::from_toml(&text, &env).unwrap();
         assert_eq!(c.keys.unwrap().consent_cookie.secret(), &[1u8; 32]);
@@ -887,7 +1002,7 @@ code_ttl_secs = 5
     fn one_key_for_two_purposes_is_refused() {
         let k = crypto::b64(&[7u8; 32]);
         let text = format!(
-            "{MINIMAL}\n[keys]\nconsent_cookie = \"{k}\"\ncsrf = \"{k}\"\ntoken_encryption = \"{k}\"\n"
+            "{MINIMAL}\n[keys]\nconsent_cookie = \"{k}\"\ncsrf = \"{k}\"\ntoken_encryption = \"{k}\"\nconnect_link = \"{k}\"\nrequest_state = \"{k}\"\n"
         );
         let e = Config::from_toml(&text, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("one key, one purpose"), "{e}");

@@ -120,6 +120,11 @@ secret_type!(
     /// A PKCE verifier an MCP client presents at /token.
     CodeVerifier
 );
+secret_type!(
+    /// A short-lived token an exchange-mode backend receives instead of the client's
+    /// (`mcpbt_…`).
+    BackendToken
+);
 
 impl UserId {
     /// The id for a GitHub account.

@@ -11,6 +11,8 @@ use url::Url;
 use super::{BackendConfig, DemoBackend};
 use crate::{FakeGitHub, FakeGitHubConfig};
 
+mod exchange;
+
 const CLIENT_ID: &str = "Iv1.fakeclient";
 const SECRET: &str = "fake-secret";
 const CALLBACK: &str = "http://127.0.0.1:9/callback/github";

@@ -2,7 +2,9 @@
 //!
 //! * `whoami` and `list_repos` prove that the token the backend received is a working GitHub
 //!   token: they call `GET {github_api_url}/user` with it, exactly as a real GitHub-backed MCP
-//!   server would. The backend never validates the token itself; GitHub does.
+//!   server would. The backend never validates the token itself; GitHub does. In exchange mode
+//!   they first trade the received token for the person's GitHub token ([`super::exchange`]);
+//!   a connect-link refusal becomes [`Outcome::Refused`], for the transport to relay.
 //! * `slow_count` sends one progress notification every `delay_ms`, so tests (and people) can
 //!   watch events arrive one by one through the proxy and see a disconnect cancel the work.
 
@@ -12,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use super::AppState;
+use super::exchange::{self, Exchanged, Refusal};
 use super::sse::Outgoing;
 
 const USER_AGENT: &str = "mcp-oauth-proxy-demo-backend";
@@ -63,11 +66,15 @@ pub(crate) fn list() -> Value {
     })
 }
 
+/// What a tool says when exchange mode got neither a token nor a connect link.
+pub(crate) const NO_GITHUB_ACCESS: &str = "could not obtain GitHub access";
+
 /// A JSON-RPC error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RpcError {
     pub(crate) code: i64,
     pub(crate) message: String,
+    pub(crate) data: Option<Value>,
 }
 
 impl RpcError {
@@ -75,7 +82,13 @@ impl RpcError {
         Self {
             code,
             message: message.into(),
+            data: None,
         }
+    }
+
+    pub(crate) fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
     }
 }
 
@@ -86,6 +99,9 @@ pub(crate) enum Outcome {
     Error(RpcError),
     /// `slow_count`: the transport decides between streaming it and answering after the delays.
     SlowCount(SlowCount),
+    /// Exchange mode: the proxy refused with a connect link; how to tell the client depends on
+    /// its protocol version and capabilities ([`super::relay`]).
+    Refused(Refusal),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,19 +115,19 @@ pub(crate) async fn call(app: &AppState, token: &str, params: &Value) -> Outcome
         return Outcome::Error(RpcError::new(INVALID_PARAMS, "params.name is required"));
     };
     let args = params.get("arguments").cloned().unwrap_or(Value::Null);
+    let github_tool = match name {
+        "whoami" => Some(GitHubTool::WhoAmI),
+        "list_repos" => Some(GitHubTool::ListRepos),
+        _ => None,
+    };
+    if let Some(tool) = github_tool {
+        let github_token = match github_token(app, token).await {
+            Ok(t) => t,
+            Err(outcome) => return outcome,
+        };
+        return Outcome::Result(call_github_tool(app, tool, &github_token).await);
+    }
     match name {
-        "whoami" => Outcome::Result(match github_user(app, token).await {
-            Ok((login, id)) => json!({
-                "content": [{"type": "text", "text": format!("You are {login} on GitHub (id {id}).")}],
-                "structuredContent": {"login": login, "id": id},
-                "isError": false,
-            }),
-            Err(text) => tool_error(&text),
-        }),
-        "list_repos" => Outcome::Result(match github_user(app, token).await {
-            Ok((login, _)) => repos(&login),
-            Err(text) => tool_error(&text),
-        }),
         "slow_count" => match slow_count_args(&args) {
             Ok(sc) => Outcome::SlowCount(sc),
             Err(err) => Outcome::Error(err),
@@ -123,7 +139,46 @@ pub(crate) async fn call(app: &AppState, token: &str, params: &Value) -> Outcome
     }
 }
 
-fn tool_error(text: &str) -> Value {
+/// The GitHub token to use: the received one, or in exchange mode the one the proxy trades it
+/// for (the received token then never goes to GitHub).
+async fn github_token(app: &AppState, received: &str) -> Result<String, Outcome> {
+    let Some(config) = &app.exchange else {
+        return Ok(received.to_owned());
+    };
+    match exchange::exchange(app, config, received).await {
+        Exchanged::Token(token) => Ok(token),
+        Exchanged::Refused(refusal) => Err(Outcome::Refused(refusal)),
+        Exchanged::Failed => Err(Outcome::Result(tool_error(NO_GITHUB_ACCESS))),
+    }
+}
+
+/// The tools that need GitHub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitHubTool {
+    WhoAmI,
+    ListRepos,
+}
+
+/// `whoami` or `list_repos` with a GitHub token.
+async fn call_github_tool(app: &AppState, tool: GitHubTool, token: &str) -> Value {
+    match tool {
+        GitHubTool::WhoAmI => match github_user(app, token).await {
+            Ok((login, id)) => json!({
+                "content": [{"type": "text", "text": format!("You are {login} on GitHub (id {id}).")}],
+                "structuredContent": {"login": login, "id": id},
+                "isError": false,
+            }),
+            Err(text) => tool_error(&text),
+        },
+        GitHubTool::ListRepos => match github_user(app, token).await {
+            Ok((login, _)) => repos(&login),
+            Err(text) => tool_error(&text),
+        },
+    }
+}
+
+/// A `CallToolResult` with `isError: true` and one text.
+pub(crate) fn tool_error(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 

@@ -1,6 +1,6 @@
 //! Streamable HTTP on `/mcp`: recording, authentication, protocol-version rules (2025-x
-//! sessions or 2026-07-28 stateless), JSON-RPC dispatch, and the choice between a JSON and an
-//! SSE answer.
+//! sessions or 2026-07-28 stateless), JSON-RPC dispatch, the choice between a JSON and an SSE
+//! answer, and (exchange mode) relaying a connect-link refusal the way the client can take it.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -13,8 +13,10 @@ use base64::prelude::{BASE64_STANDARD, Engine as _};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::exchange::Refusal;
+use super::relay::{self, Relay};
 use super::sse::{self, Standalone};
-use super::tools::{self, Outcome, RpcError};
+use super::tools::{self, INVALID_PARAMS, Outcome, RpcError};
 use super::{App, BackendRequest, MCP_PATH, Session};
 
 const MAX_BODY: usize = 1 << 20;
@@ -44,6 +46,13 @@ enum Version {
     /// One of [`SESSION_VERSIONS`].
     Session(&'static str),
     Stateless,
+}
+
+/// Who is asking: the rules of its version, and how it can hear about a connect link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Caller {
+    version: Version,
+    relay: Relay,
 }
 
 /// The single handler: read, record, then answer.
@@ -264,7 +273,7 @@ impl Replier {
     }
 
     fn error(self, id: &Value, err: &RpcError) -> Response {
-        self.send(rpc_error(id, err.code, &err.message, None))
+        self.send(rpc_error(id, err.code, &err.message, err.data.clone()))
     }
 }
 
@@ -364,17 +373,11 @@ async fn post_stateless(
     }
     // No session: event ids only need to be unique within this stream.
     let replier = Replier::new(&app, headers, Arc::new(AtomicU64::new(0)));
-    dispatch(
-        app,
-        headers,
-        replier,
-        &id,
-        method,
-        params,
-        token,
-        Version::Stateless,
-    )
-    .await
+    let caller = Caller {
+        version: Version::Stateless,
+        relay: Relay::for_stateless(params),
+    };
+    dispatch(app, headers, replier, &id, method, params, token, caller).await
 }
 
 /// `Mcp-Method` must equal the method; `Mcp-Name` must equal `params.name` (or `params.uri`)
@@ -436,20 +439,34 @@ async fn post_session(
         Message::Request { id, .. } => id.clone(),
         _ => Value::Null,
     };
-    let event_ids = match session(&app, headers, &id) {
-        Ok(ids) => ids,
+    let found = match session(&app, headers, &id) {
+        Ok(found) => found,
         Err(resp) => return *resp,
     };
     let Message::Request { method, .. } = &kind else {
         return StatusCode::ACCEPTED.into_response();
     };
-    let replier = Replier::new(&app, headers, event_ids);
-    let version = Version::Session(header_version);
-    dispatch(app, headers, replier, &id, method, params, token, version).await
+    let replier = Replier::new(&app, headers, found.event_ids);
+    let caller = Caller {
+        version: Version::Session(header_version),
+        relay: Relay::for_session(
+            header_version,
+            &found.protocol_version,
+            found.elicitation_url,
+        ),
+    };
+    dispatch(app, headers, replier, &id, method, params, token, caller).await
 }
 
-/// The session's event-id counter, or the 400/404 answer.
-fn session(app: &App, headers: &HeaderMap, id: &Value) -> Result<Arc<AtomicU64>, Box<Response>> {
+/// What a request needs from its session.
+struct FoundSession {
+    event_ids: Arc<AtomicU64>,
+    protocol_version: String,
+    elicitation_url: bool,
+}
+
+/// The session of the request, or the 400/404 answer.
+fn session(app: &App, headers: &HeaderMap, id: &Value) -> Result<FoundSession, Box<Response>> {
     let Some(session_id) = header_str(headers, SESSION_HEADER) else {
         return Err(Box::new(rpc_error_response(
             StatusCode::BAD_REQUEST,
@@ -475,7 +492,11 @@ fn session(app: &App, headers: &HeaderMap, id: &Value) -> Result<Arc<AtomicU64>,
         elicitation_url = session.elicitation_url,
         "demo backend: session request"
     );
-    Ok(session.event_ids.clone())
+    Ok(FoundSession {
+        event_ids: session.event_ids.clone(),
+        protocol_version: session.protocol_version.clone(),
+        elicitation_url: session.elicitation_url,
+    })
 }
 
 fn initialize(
@@ -491,8 +512,8 @@ fn initialize(
         .copied()
         .unwrap_or(LATEST_SESSION_VERSION);
     let elicitation_url = params
-        .pointer("/capabilities/elicitation/url")
-        .is_some_and(|v| !v.is_null());
+        .get("capabilities")
+        .is_some_and(relay::declares_url_elicitation);
     let session_id = super::random_hex(16);
     let session = Session::new(agreed.to_owned(), elicitation_url);
     let event_ids = session.event_ids.clone();
@@ -524,14 +545,33 @@ async fn dispatch(
     method: &str,
     params: &Value,
     token: &str,
-    version: Version,
+    caller: Caller,
 ) -> Response {
+    let tool = params
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if method == "tools/call"
+        && caller.version == Version::Stateless
+        && let Some(state) = params.get("requestState")
+    {
+        // The retry of a call refused with `input_required`: the state must be one we minted
+        // for this tool, and it is used up. The tool then runs (and exchanges) again.
+        let now = tokio::time::Instant::now();
+        let known = state
+            .as_str()
+            .is_some_and(|s| app.lock().request_states.take(s, tool, now));
+        if !known {
+            return replier.error(id, &RpcError::new(INVALID_PARAMS, "unknown requestState"));
+        }
+    }
     match method {
         "ping" => replier.result(id, json!({})),
         "tools/list" => replier.result(id, tools::list()),
         "tools/call" => match tools::call(&app, token, params).await {
             Outcome::Result(result) => replier.result(id, result),
             Outcome::Error(err) => replier.error(id, &err),
+            Outcome::Refused(refusal) => refuse(&app, replier, id, tool, caller, &refusal),
             Outcome::SlowCount(sc) => {
                 let progress_token = params
                     .pointer("/_meta/progressToken")
@@ -560,7 +600,7 @@ async fn dispatch(
         },
         _ => {
             let message = format!("Method not found: {method}");
-            match version {
+            match caller.version {
                 // 2026-07-28: an unknown method is an HTTP 404.
                 Version::Stateless => {
                     rpc_error_response(StatusCode::NOT_FOUND, id, METHOD_NOT_FOUND, &message, None)
@@ -568,6 +608,30 @@ async fn dispatch(
                 Version::Session(_) => replier.error(id, &RpcError::new(METHOD_NOT_FOUND, message)),
             }
         }
+    }
+}
+
+/// Tells the client about a connect link in the one way its version and capabilities allow.
+fn refuse(
+    app: &App,
+    replier: Replier,
+    id: &Value,
+    tool: &str,
+    caller: Caller,
+    refusal: &Refusal,
+) -> Response {
+    tracing::debug!(reason = %refusal.reason, relay = ?caller.relay, "demo backend: relaying a connect link");
+    match caller.relay {
+        // `Relay::for_stateless` never picks `-32042`; this keeps it so if that ever changes.
+        Relay::UrlElicitationError if caller.version != Version::Stateless => {
+            replier.error(id, &relay::url_elicitation_error(refusal))
+        }
+        Relay::InputRequired if caller.version == Version::Stateless => {
+            let now = tokio::time::Instant::now();
+            let state = app.lock().request_states.mint(tool, now);
+            replier.result(id, relay::input_required(refusal, &state))
+        }
+        _ => replier.result(id, relay::tool_error(refusal)),
     }
 }
 

@@ -11,11 +11,13 @@
 //! | audience (RFC 8707) | [`audience`] | `Audience`, `Audienced<T>` |
 //! | no passthrough | [`upstream_auth`] | `BackendCredential` |
 //! | session binding | [`session_binding`] | `SessionBound` |
+//! | connect-link opener | [`connect_link`] | `OpenedBy` |
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists.
 
 pub mod audience;
 pub mod browser_state;
+pub mod connect_link;
 pub mod consent_cookie;
 pub mod consent_registry;
 pub mod issuer;

@@ -39,6 +39,17 @@ impl std::fmt::Debug for BackendCredential {
 }
 
 impl BackendCredential {
+    /// `Bearer <backend token>` for `auth = "exchange"` backends: a short-lived token of
+    /// this server that the backend exchanges (RFC 8693) when it needs GitHub.
+    pub fn backend_token(
+        _checked: &Audienced<AccessTokenRecord>,
+        token: &crate::ids::BackendToken,
+    ) -> Option<BackendCredential> {
+        let mut v = HeaderValue::from_str(&format!("Bearer {}", token.secret())).ok()?;
+        v.set_sensitive(true);
+        Some(BackendCredential(v))
+    }
+
     /// `Bearer <GitHub token>` for `auth = "github_token"` backends.
     pub fn github_token(
         _checked: &Audienced<AccessTokenRecord>,

@@ -34,6 +34,8 @@ pub enum AccountOutcome {
 /// Notices the page can show (chosen by a fixed key, never text from input).
 fn notice_text(key: Option<&str>) -> Option<String> {
     match key {
+        Some("disconnected") => Some("GitHub is disconnected. Agents that need it will ask you, with a link, to connect it again.".to_owned()),
+        Some("withdrawn") => Some("That agent may no longer use your GitHub account.".to_owned()),
         Some("revoked") => Some("Access was revoked. That application's tokens no longer work, and it will have to ask for your consent again.".to_owned()),
         _ => None,
     }
@@ -41,6 +43,15 @@ fn notice_text(key: Option<&str>) -> Option<String> {
 
 /// Starts a plain sign-in that returns to `return_to`.
 pub async fn start_sign_in(app: &App, return_to: ReturnTo) -> Result<AccountOutcome, FlowError> {
+    start_sign_in_with(app, return_to, None).await
+}
+
+/// Starts a plain sign-in with a GitHub `prompt` (connect links use `select_account`).
+pub async fn start_sign_in_with(
+    app: &App,
+    return_to: ReturnTo,
+    prompt: Option<&str>,
+) -> Result<AccountOutcome, FlowError> {
     let flow_id = crypto::random_token()?;
     let started = browser_state::begin(
         app.store.as_ref(),
@@ -53,7 +64,7 @@ pub async fn start_sign_in(app: &App, return_to: ReturnTo) -> Result<AccountOutc
     Ok(AccountOutcome::SignIn {
         url: app
             .github
-            .authorize_url(&started.state, &started.code_challenge, None),
+            .authorize_url(&started.state, &started.code_challenge, prompt),
         set_cookie: started.set_cookie,
     })
 }
@@ -68,6 +79,7 @@ pub async fn show(
         return start_sign_in(app, ReturnTo::Account).await;
     };
     let now = app.clock.now();
+    let allowed = super::github_access::allowances(app, &s.record.user_id).await?;
     let mut rows = Vec::new();
     for c in consent_registry::list(app.store.as_ref(), &s.record.user_id).await? {
         let client: Option<ClientRecord> = app
@@ -92,6 +104,7 @@ pub async fn show(
                 || "never used".to_owned(),
                 |t| format!("last used {}", ago(now, t)),
             ),
+            github_allowed: allowed.iter().any(|a| a.client_id == c.client_id),
         });
     }
     Ok(AccountOutcome::Page(Box::new(AccountPage {
@@ -101,7 +114,50 @@ pub async fn show(
         revoke_action: "/account/revoke".to_owned(),
         sign_out_action: "/account/sign-out".to_owned(),
         notice: notice_text(notice),
+        github_login: app
+            .grants
+            .get(&s.record.user_id)
+            .await?
+            .map(|g| g.login.as_str().to_owned()),
+        disconnect_action: "/account/disconnect".to_owned(),
+        withdraw_action: "/account/withdraw".to_owned(),
     })))
+}
+
+/// `POST /account/disconnect`: forgets the person's GitHub grant here and revokes it at
+/// GitHub. Agents then get a connect link when they need GitHub.
+pub async fn disconnect(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
+    let (s, _) = checked_session(app, &form).await?;
+    let user = &s.record.user_id;
+    let token = app.grants.access_token(user).await.ok();
+    app.grants.remove(user).await?;
+    if let Some(t) = token {
+        app.github.delete_grant(&t).await;
+    }
+    app.audit
+        .record(AuditEvent::GitHubGrantDisconnected {
+            user_id: user.clone(),
+        })
+        .await?;
+    Ok("/account?notice=disconnected")
+}
+
+/// `POST /account/withdraw`: one agent may no longer use the person's GitHub account (it keeps
+/// its proxy tokens; the next time it needs GitHub it gets an "allow" link).
+pub async fn withdraw(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
+    let (s, p) = checked_session(app, &form).await?;
+    let client_id = ClientId::new(
+        p.get("client_id")
+            .ok_or(FlowError::Page(pages::BAD_REQUEST))?,
+    );
+    super::github_access::withdraw(app, &s.record.user_id, &client_id).await?;
+    app.audit
+        .record(AuditEvent::AllowanceWithdrawn {
+            user_id: s.record.user_id.clone(),
+            client_id,
+        })
+        .await?;
+    Ok("/account?notice=withdrawn")
 }
 
 /// A form POST from the account page. (No `Debug`: it holds the cookie and form values.)

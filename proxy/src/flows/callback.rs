@@ -4,28 +4,38 @@
 //! the consent and issue a code to the MCP client, or finish a plain sign-in.
 
 use super::codes::{self, Presence};
+use super::github_access;
 use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::browser_state::{self, StateError};
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::RedirectMatched;
-use crate::bindings::{audience, consent_registry};
+use crate::bindings::{audience, connect_link, consent_registry};
 use crate::cookies;
 use crate::github::client::{GitHubError, GitHubTokens, GitHubUser};
 use crate::ids::UserId;
 use crate::oauth::error::ErrorCode;
 use crate::oauth::request::Params;
 use crate::session;
-use crate::store::records::{FlowPurpose, TxnRecord};
+use crate::store::records::{FlowPurpose, ReturnTo, TxnRecord};
 
-/// A redirect with cookies.
+/// What the browser gets, with cookies.
 #[derive(Debug)]
 pub struct CallbackOutcome {
-    /// Where to.
-    pub location: String,
+    /// Where to go, or a page to show (a finished connect link: no redirect anywhere).
+    pub next: Next,
     /// `Set-Cookie` values.
     pub set_cookies: Vec<String>,
+}
+
+/// Redirect or page.
+#[derive(Debug)]
+pub enum Next {
+    /// 303 to this location.
+    Redirect(String),
+    /// A page: title and message.
+    Page(&'static str, String),
 }
 
 fn client_error(
@@ -64,7 +74,9 @@ fn github_failure(app: &App, purpose: &FlowPurpose, e: &GitHubError) -> FlowErro
                 "GitHub did not complete the sign-in",
             ),
         },
-        FlowPurpose::SignIn { .. } => FlowError::Page(pages::GITHUB_FAILED),
+        FlowPurpose::SignIn { .. } | FlowPurpose::Connect { .. } => {
+            FlowError::Page(pages::GITHUB_FAILED)
+        }
     }
 }
 
@@ -73,6 +85,7 @@ pub async fn github_callback(
     app: &App,
     raw_query: &str,
     flow_cookie: Option<&str>,
+    session_cookie: Option<&str>,
 ) -> Result<CallbackOutcome, FlowError> {
     let p = Params::parse(raw_query).map_err(|_| FlowError::Page(pages::STATE_REJECTED))?;
     let now = app.clock.now();
@@ -106,7 +119,9 @@ pub async fn github_callback(
                 ErrorCode::AccessDenied,
                 "the sign-in at GitHub was cancelled",
             ),
-            FlowPurpose::SignIn { .. } => FlowError::Page(pages::SIGN_IN_CANCELLED),
+            FlowPurpose::SignIn { .. } | FlowPurpose::Connect { .. } => {
+                FlowError::Page(pages::SIGN_IN_CANCELLED)
+            }
         });
     }
     let code = p
@@ -123,29 +138,53 @@ pub async fn github_callback(
         .await
         .map_err(|e| github_failure(app, &purpose, &e))?;
     let user_id = UserId::github(gh.id);
-    app.grants.save(&user_id, &gh, &tokens).await?;
-    let session_cookie = session::start(
-        app.store.as_ref(),
-        now,
-        &app.config.session,
-        user_id.clone(),
-        gh.login(),
-    )
-    .await?;
-    app.audit
-        .record(AuditEvent::SignedIn {
-            user_id: user_id.clone(),
-            login: gh.login.clone(),
-        })
-        .await?;
-    let set_cookies = vec![session_cookie, cookies::clear(cookies::FLOW_COOKIE)];
 
     match purpose {
-        FlowPurpose::SignIn { return_to } => Ok(CallbackOutcome {
-            location: return_to.path().to_owned(),
-            set_cookies,
-        }),
+        FlowPurpose::SignIn { return_to } => {
+            // Identity only: the token minted to learn who this is must not quietly reconnect
+            // an account the person disconnected, nor pile up at GitHub (10 per user and app).
+            app.github.delete_token(&tokens.access_token).await;
+            let set_cookies = sign_in(app, now, &user_id, &gh).await?;
+            let location = match return_to {
+                ReturnTo::Account => "/account".to_owned(),
+                ReturnTo::Connect { link_id } => format!(
+                    "/connect/{}",
+                    connect_link::code_for(&app.keys.connect_link, &link_id)
+                ),
+            };
+            Ok(CallbackOutcome {
+                next: Next::Redirect(location),
+                set_cookies,
+            })
+        }
+        FlowPurpose::Connect { link_id } => {
+            let done = super::connect::finish_connect(
+                app,
+                &link_id,
+                session_cookie,
+                &user_id,
+                &gh,
+                &tokens,
+            )
+            .await;
+            if done.is_err() {
+                app.github.delete_token(&tokens.access_token).await;
+            }
+            let (title, message) = done?;
+            Ok(CallbackOutcome {
+                next: Next::Page(title, message),
+                set_cookies: vec![cookies::clear(cookies::FLOW_COOKIE)],
+            })
+        }
         FlowPurpose::Authorize { txn, .. } => {
+            app.grants.save(&user_id, &gh, &tokens).await?;
+            app.audit
+                .record(AuditEvent::GitHubGrantStored {
+                    user_id: user_id.clone(),
+                    login: gh.login.clone(),
+                })
+                .await?;
+            let set_cookies = sign_in(app, now, &user_id, &gh).await?;
             let redirect = RedirectMatched::from_stored(
                 txn.client_id.clone(),
                 txn.redirect_uri.clone(),
@@ -161,6 +200,8 @@ pub async fn github_callback(
                 &bound,
             )
             .await?;
+            // Approving a client on the consent page lets it use GitHub with those scopes.
+            github_access::allow(app, &user_id, &txn.client_id, &txn.scopes).await?;
             super::authorize::note_approver(app, &host, &user_id).await?;
             app.audit
                 .record(AuditEvent::ConsentRecorded {
@@ -181,9 +222,33 @@ pub async fn github_callback(
             )
             .await?;
             Ok(CallbackOutcome {
-                location,
+                next: Next::Redirect(location),
                 set_cookies,
             })
         }
     }
+}
+
+/// Starts a proxy session for the person GitHub confirmed; returns the cookies to set.
+async fn sign_in(
+    app: &App,
+    now: crate::clock::UnixTime,
+    user_id: &UserId,
+    gh: &GitHubUser,
+) -> Result<Vec<String>, FlowError> {
+    let session_cookie = session::start(
+        app.store.as_ref(),
+        now,
+        &app.config.session,
+        user_id.clone(),
+        gh.login(),
+    )
+    .await?;
+    app.audit
+        .record(AuditEvent::SignedIn {
+            user_id: user_id.clone(),
+            login: gh.login.clone(),
+        })
+        .await?;
+    Ok(vec![session_cookie, cookies::clear(cookies::FLOW_COOKIE)])
 }

@@ -7,7 +7,10 @@ pub mod account;
 pub mod authorize;
 pub mod callback;
 pub mod codes;
+pub mod connect;
 pub mod consent;
+pub mod exchange;
+pub mod github_access;
 pub mod register;
 pub mod token;
 
@@ -52,6 +55,9 @@ pub enum FlowError {
     /// GitHub failed or refused in a way with no client to tell.
     #[error(transparent)]
     GitHub(#[from] GitHubError),
+    /// A token exchange refused with a connect link (HTTP 400 with this JSON body).
+    #[error("token exchange refused")]
+    ExchangeRefused(serde_json::Value),
 }
 
 impl From<SessionError> for FlowError {
@@ -138,6 +144,24 @@ pub mod pages {
         status: 400,
         title: "Sign-in cancelled",
         message: "The sign-in at GitHub was cancelled. Nothing was changed.",
+    };
+    /// A connect link that is unknown, expired, declined, replaced or used: one page for all.
+    pub const LINK_NOT_FOUND: PageProblem = PageProblem {
+        status: 404,
+        title: "Link not found",
+        message: "This link does not exist or is no longer valid. If an agent sent it to you, ask the agent again for a new link.",
+    };
+    /// A connect link opened by someone other than its person.
+    pub const LINK_WRONG_PERSON: PageProblem = PageProblem {
+        status: 403,
+        title: "This link was made for another account",
+        message: "This link was made for someone else. Nothing was changed. Do not act on links other people send you; if you need access, ask your own agent.",
+    };
+    /// The GitHub account that came back is not the signed-in person's.
+    pub const WRONG_GITHUB_ACCOUNT: PageProblem = PageProblem {
+        status: 403,
+        title: "A different GitHub account came back",
+        message: "You signed in to GitHub with a different account than the one you use here. Nothing was connected. Open the link again and choose your own account.",
     };
     /// Not found.
     pub const NOT_FOUND: PageProblem = PageProblem {

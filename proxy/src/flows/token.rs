@@ -72,8 +72,32 @@ pub async fn token(
     app: &App,
     authorization: Option<&str>,
     body: &str,
-) -> Result<TokenResponse, FlowError> {
+) -> Result<TokenOutcome, FlowError> {
     let p = Params::parse(body)?;
+    if p.get("grant_type") == Some(super::exchange::GRANT_TYPE) {
+        return Ok(TokenOutcome::Exchanged(
+            super::exchange::exchange(app, authorization, &p).await?,
+        ));
+    }
+    grants(app, authorization, p)
+        .await
+        .map(TokenOutcome::Tokens)
+}
+
+/// What `/token` answers.
+#[derive(Debug)]
+pub enum TokenOutcome {
+    /// Tokens from a code or a refresh.
+    Tokens(TokenResponse),
+    /// A token exchange's answer (RFC 8693 §2.2.1).
+    Exchanged(serde_json::Value),
+}
+
+async fn grants(
+    app: &App,
+    authorization: Option<&str>,
+    p: Params,
+) -> Result<TokenResponse, FlowError> {
     let client = authenticate_client(app, authorization, &p).await?;
     match TokenRequest::parse(&p)? {
         TokenRequest::AuthorizationCode {

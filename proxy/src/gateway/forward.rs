@@ -47,6 +47,35 @@ impl std::fmt::Debug for Forwarded {
     }
 }
 
+impl Forwarded {
+    /// An answer the gateway gives itself (a refusal), never from the backend.
+    pub fn local(
+        status: StatusCode,
+        body: Option<serde_json::Value>,
+        context: ClientContext,
+    ) -> Forwarded {
+        let mut headers = HeaderMap::new();
+        let bytes = match body {
+            Some(v) => {
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                Bytes::from(v.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let body: BodyStream =
+            Box::pin(futures_util::stream::iter([Ok::<_, std::io::Error>(bytes)]));
+        Forwarded {
+            status,
+            headers,
+            body,
+            context,
+        }
+    }
+}
+
 /// The HTTP client toward the backend: no redirects, a connect timeout and no overall timeout
 /// (streams may last hours), no compression.
 pub fn backend_client(b: &BackendConfig) -> Result<reqwest::Client, reqwest::Error> {
@@ -87,7 +116,13 @@ pub async fn forward(
     let status = resp.status();
     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
         // The backend refused the credential the proxy gave it; the client's own token is
-        // fine, so this must not look like a 401 from us.
+        // fine, so this must not look like a 401 from us. With the person's GitHub token, that
+        // means GitHub stopped honouring it.
+        if backend.auth == crate::config::BackendAuth::GitHubToken
+            && status == StatusCode::UNAUTHORIZED
+        {
+            return Err(GatewayError::GitHubRejected);
+        }
         return Err(GatewayError::Backend(format!(
             "backend refused the credential ({status})"
         )));

@@ -43,6 +43,8 @@ pub struct Inbound {
     pub request_declares_url_elicitation: bool,
     /// `params.requestState`, if the client echoed one.
     pub request_state: Option<String>,
+    /// `params` (kept to bind a `requestState` to the call it was minted for).
+    pub params: Option<Value>,
 }
 
 fn declares_url(caps: Option<&Value>) -> bool {
@@ -84,6 +86,7 @@ pub fn inspect_request(body: &[u8]) -> Inbound {
             .and_then(|p| p.get("requestState"))
             .and_then(Value::as_str)
             .map(str::to_owned),
+        params: params.cloned(),
         method,
     }
 }

@@ -5,6 +5,8 @@
 
 pub mod forward;
 pub mod jsonrpc;
+pub mod refusal;
+pub mod request_state;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
@@ -12,13 +14,17 @@ use http::{HeaderMap, Method};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::audience::Audienced;
+use crate::bindings::connect_link;
 use crate::bindings::session_binding::{self, SessionBound};
 use crate::bindings::upstream_auth::BackendCredential;
 use crate::config::BackendAuth;
 use crate::flows::access::{self, TokenRejection};
-use crate::github::grants::GrantError;
+use crate::flows::github_access::{self, Access};
+use crate::ids::BackendToken;
 use crate::store::StoreError;
 use crate::store::records::AccessTokenRecord;
+use crate::store::records::{BackendTokenRecord, ClientRecord, LinkKind};
+use crate::store::{Keyspace, StoreExt};
 pub use forward::Forwarded;
 use jsonrpc::{Inbound, Version};
 
@@ -52,6 +58,15 @@ pub enum GatewayError {
     /// No backend configured.
     #[error("no backend configured")]
     NoBackend,
+    /// The backend refused the person's GitHub token (github_token mode).
+    #[error("GitHub refused the person's token")]
+    GitHubRejected,
+    /// A `requestState` the gateway minted, presented tampered, expired or by someone else.
+    #[error("invalid requestState")]
+    BadRequestState {
+        /// JSON-RPC id to answer.
+        id: Option<String>,
+    },
     /// The backend could not be reached or answered badly.
     #[error("backend unavailable: {0}")]
     Backend(String),
@@ -167,22 +182,73 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
         },
     };
 
-    let credential = match backend.auth {
-        BackendAuth::GitHubToken => match app.grants.access_token(&token.get().user_id).await {
-            Ok(gh) => BackendCredential::github_token(&token, &gh)
-                .ok_or_else(|| GatewayError::Backend("credential".into()))?,
-            Err(GrantError::Missing | GrantError::Broken) => {
-                return Err(GatewayError::GitHubAccessMissing {
-                    id: inbound.id.clone(),
-                });
+    let credential = match &backend.auth {
+        BackendAuth::GitHubToken => {
+            match github_access::for_agent(
+                app,
+                &token.get().user_id,
+                &token.get().client_id,
+                &token.get().scopes,
+            )
+            .await
+            .map_err(flow_err)?
+            {
+                Access::Ready(gh) => BackendCredential::github_token(&token, &gh)
+                    .ok_or_else(|| GatewayError::Backend("credential".into()))?,
+                Access::Needs(kind) => {
+                    return refuse(app, &token, kind, &req, &inbound, context).await;
+                }
             }
-            Err(GrantError::Store(e)) => return Err(e.into()),
-            Err(e) => return Err(GatewayError::Backend(e.to_string())),
-        },
+        }
+        BackendAuth::Exchange { token_ttl_secs, .. } => {
+            let minted = mint_backend_token(app, &token, *token_ttl_secs).await?;
+            BackendCredential::backend_token(&token, &minted)
+                .ok_or_else(|| GatewayError::Backend("credential".into()))?
+        }
     };
+    let mut req = req;
+    if let Some(stripped) = own_state_stripped(&req.body, &inbound) {
+        // Our own requestState served its purpose; the backend never issued it.
+        req.body = stripped;
+    }
     let is_delete = req.method == Method::DELETE;
-    let forwarded =
-        forward::forward(app, &backend, token, credential, req, inbound, context).await?;
+    let user = token.get().user_id.clone();
+    let kept = Kept {
+        token: token.get().clone(),
+        method: req.method.clone(),
+        body: req.body.clone(),
+        headers: req.headers.clone(),
+    };
+    let forwarded = match forward::forward(
+        app,
+        &backend,
+        token,
+        credential,
+        req,
+        inbound.clone(),
+        context,
+    )
+    .await
+    {
+        Err(GatewayError::GitHubRejected) => {
+            // The backend says GitHub refused the person's token: mark the grant broken, so
+            // the person gets a reconnect link instead of an opaque error.
+            app.grants
+                .mark_broken(&user)
+                .await
+                .map_err(|e| GatewayError::Backend(e.to_string()))?;
+            let token = crate::bindings::audience::audienced(kept.token, &app.resource())
+                .map_err(|_| GatewayError::InvalidToken(TokenRejection::WrongAudience))?;
+            let again = McpRequest {
+                method: kept.method,
+                headers: kept.headers,
+                query: None,
+                body: kept.body,
+            };
+            return refuse(app, &token, LinkKind::Reconnect, &again, &inbound, context).await;
+        }
+        other => other?,
+    };
     if is_delete
         && forwarded.status.is_success()
         && let (Some(s), Some(id)) = (&session, &session_id)
@@ -228,4 +294,131 @@ async fn check_handles(
         return Err(GatewayError::UnknownSession);
     }
     Ok(bound)
+}
+
+fn flow_err(e: crate::flows::FlowError) -> GatewayError {
+    match e {
+        crate::flows::FlowError::Store(s) => GatewayError::Store(s),
+        other => GatewayError::Backend(other.to_string()),
+    }
+}
+
+/// What is kept of a request in case the backend reports that GitHub refused the token.
+struct Kept {
+    token: AccessTokenRecord,
+    method: Method,
+    body: Bytes,
+    headers: HeaderMap,
+}
+
+/// The body without our own `requestState` (parsed and re-serialized only in that case).
+fn own_state_stripped(body: &Bytes, inbound: &Inbound) -> Option<Bytes> {
+    if !inbound
+        .request_state
+        .as_deref()
+        .is_some_and(|s| s.starts_with(request_state::PREFIX))
+    {
+        return None;
+    }
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.get_mut("params")?.as_object_mut()?.remove("requestState");
+    serde_json::to_vec(&v).ok().map(Bytes::from)
+}
+
+/// Mints the short-lived token an exchange-mode backend receives instead of the client's.
+async fn mint_backend_token(
+    app: &App,
+    token: &Audienced<AccessTokenRecord>,
+    ttl: u64,
+) -> Result<BackendToken, GatewayError> {
+    let now = app.clock.now();
+    let minted = crate::oauth::grant::new_backend_token()
+        .map_err(|e| GatewayError::Backend(e.to_string()))?;
+    let t = token.get();
+    let rec = BackendTokenRecord {
+        user_id: t.user_id.clone(),
+        client_id: t.client_id.clone(),
+        scopes: t.scopes.clone(),
+        expires_at: now.plus(ttl),
+    };
+    app.store
+        .put_json(
+            Keyspace::BackendTokens,
+            &minted.hash(),
+            &rec,
+            Some(now.plus(ttl)),
+        )
+        .await?;
+    Ok(minted)
+}
+
+/// Answers a request that needs GitHub access the person has not given this agent: a connect
+/// link, in the shape the client understands. Nothing reaches the backend.
+async fn refuse(
+    app: &App,
+    token: &Audienced<AccessTokenRecord>,
+    kind: LinkKind,
+    req: &McpRequest,
+    inbound: &Inbound,
+    context: ClientContext,
+) -> Result<Forwarded, GatewayError> {
+    let t = token.get();
+    let now = app.clock.now();
+    let link = connect_link::request(
+        app.store.as_ref(),
+        &app.keys.connect_link,
+        now,
+        app.config.connect.link_ttl_secs,
+        connect_link::For::token(token),
+        kind,
+        &t.scopes,
+    )
+    .await?;
+    if link.created {
+        app.audit
+            .record(AuditEvent::ConnectLinkCreated {
+                link_id: link.link_id.clone(),
+                user_id: t.user_id.clone(),
+                client_id: t.client_id.clone(),
+                kind: kind.reason().trim_end_matches("_required").to_owned(),
+            })
+            .await?;
+    }
+    let client: Option<ClientRecord> = app
+        .store
+        .get_json(Keyspace::Clients, t.client_id.as_str())
+        .await?;
+    let agent = client.map_or_else(|| "this agent".to_owned(), |c| c.display_name());
+    let url = app.config.public_url.join(&link.path);
+    let message = github_access::message(kind, &agent);
+    let Some(id) = inbound.id.as_deref().filter(|_| req.method == Method::POST) else {
+        // A notification needs no answer; GET and DELETE cannot carry a link.
+        if req.method == Method::POST {
+            return Ok(Forwarded::local(http::StatusCode::ACCEPTED, None, context));
+        }
+        return Err(GatewayError::GitHubAccessMissing { id: None });
+    };
+    let r = refusal::Refusal {
+        id,
+        link_id: &link.link_id,
+        url: &url,
+        message: &message,
+    };
+    let body = if inbound.method.as_deref() == Some("tools/call") {
+        let state = (context.version == Version::Stateless && context.url_elicitation).then(|| {
+            let digest = request_state::params_digest(inbound.params.as_ref());
+            request_state::mint(
+                &app.keys.request_state,
+                &t.user_id,
+                &t.client_id,
+                "tools/call",
+                &digest,
+                now,
+            )
+        });
+        refusal::tools_call(&r, context, state.as_deref())
+    } else {
+        refusal::other_request(&r)
+    };
+    Ok(Forwarded::local(http::StatusCode::OK, Some(body), context))
 }

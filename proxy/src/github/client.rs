@@ -273,6 +273,45 @@ impl GitHubClient {
         }
     }
 
+    /// Revokes one token at GitHub ("Delete an app token"), e.g. one minted only to learn who
+    /// signed in. Best effort: failures are logged, never shown.
+    pub async fn delete_token(&self, token: &GitHubToken) {
+        self.app_api(reqwest::Method::DELETE, "token", token).await;
+    }
+
+    /// Revokes the person's whole authorization of our app at GitHub ("Delete an app
+    /// authorization"): every token, and GitHub will ask for consent again. Best effort.
+    pub async fn delete_grant(&self, token: &GitHubToken) {
+        self.app_api(reqwest::Method::DELETE, "grant", token).await;
+    }
+
+    async fn app_api(&self, method: reqwest::Method, what: &str, token: &GitHubToken) {
+        let url = format!(
+            "{}/applications/{}/{what}",
+            self.config.api_url.as_str().trim_end_matches('/'),
+            self.config.client_id
+        );
+        let resp = self
+            .http
+            .request(method, url)
+            .basic_auth(
+                &self.config.client_id,
+                Some(self.config.client_secret.secret()),
+            )
+            .header("Accept", "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", "2022-11-28")
+            .json(&serde_json::json!({"access_token": token.secret()}))
+            .send()
+            .await;
+        match resp {
+            Ok(r) if r.status().is_success() => {}
+            Ok(r) => tracing::warn!(status = %r.status(), what, "GitHub token revocation refused"),
+            Err(e) => {
+                tracing::warn!(error = %transport(&e), what, "GitHub token revocation failed")
+            }
+        }
+    }
+
     /// GitHub's host, for pages.
     pub fn display_host(&self) -> String {
         self.config.display_host()

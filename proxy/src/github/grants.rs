@@ -219,7 +219,7 @@ impl Grants {
             )?));
         }
         let Some(sealed_refresh) = &rec.sealed_refresh else {
-            self.mark_broken(user, &rec, &version).await?;
+            self.mark_broken_version(user, &rec, &version).await?;
             return Err(GrantError::Broken);
         };
         let refresh = GitHubRefreshToken::new(self.open(user, "refresh", sealed_refresh)?);
@@ -246,11 +246,24 @@ impl Grants {
                 Ok(tokens.access_token)
             }
             Err(GitHubError::Refused(_)) | Err(GitHubError::Unauthorized) => {
-                self.mark_broken(user, &rec, &version).await?;
+                self.mark_broken_version(user, &rec, &version).await?;
                 Err(GrantError::Broken)
             }
             Err(e) => Err(GrantError::GitHub(e)),
         }
+    }
+
+    /// Marks a person's grant broken (GitHub refused it somewhere): agents then get a
+    /// reconnect link.
+    pub async fn mark_broken(&self, user: &UserId) -> Result<(), GrantError> {
+        if let Some((rec, version)) = self
+            .store
+            .get_versioned::<GrantRecord>(Keyspace::Grants, user.as_str())
+            .await?
+        {
+            self.mark_broken_version(user, &rec, &version).await?;
+        }
+        Ok(())
     }
 
     fn needs_refresh(&self, rec: &GrantRecord) -> bool {
@@ -259,7 +272,7 @@ impl Grants {
         })
     }
 
-    async fn mark_broken(
+    async fn mark_broken_version(
         &self,
         user: &UserId,
         rec: &GrantRecord,

@@ -78,8 +78,11 @@ pub async fn token(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let form = form_body(&headers, &body)?;
-    let out = tok::token(&app, authorization(&headers), &form).await?;
-    Ok(no_store(Json(out).into_response()))
+    let out = match tok::token(&app, authorization(&headers), &form).await? {
+        tok::TokenOutcome::Tokens(t) => Json(t).into_response(),
+        tok::TokenOutcome::Exchanged(v) => Json(v).into_response(),
+    };
+    Ok(no_store(out))
 }
 
 /// `POST /revoke`.

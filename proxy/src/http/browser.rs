@@ -1,6 +1,6 @@
 //! Browser endpoints: /authorize, the consent form, the GitHub callback, the account page.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -11,6 +11,7 @@ use crate::app::App;
 use crate::cookies;
 use crate::flows::account::{self, AccountForm, AccountOutcome};
 use crate::flows::authorize::{self, AuthorizeInput, AuthorizeOutcome};
+use crate::flows::connect::{self, ConnectOutcome};
 use crate::flows::consent::{self, ConsentInput, ConsentOutcome};
 use crate::flows::{FlowError, callback, pages};
 
@@ -89,16 +90,104 @@ pub async fn callback(
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let flow_cookie = cookies::read(&headers, cookies::FLOW_COOKIE);
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
     let out = callback::github_callback(
         &app,
         q.as_deref().unwrap_or_default(),
         flow_cookie.as_deref(),
+        session.as_deref(),
     )
     .await?;
-    Ok(with_cookies(
-        Redirect::to(&out.location).into_response(),
-        &out.set_cookies,
+    let resp = match out.next {
+        callback::Next::Redirect(to) => Redirect::to(&to).into_response(),
+        callback::Next::Page(title, message) => render(consent_ui::MessagePage {
+            title: title.to_owned(),
+            message,
+        })
+        .into_response(),
+    };
+    Ok(with_cookies(resp, &out.set_cookies))
+}
+
+/// `GET /connect/{code}`.
+pub async fn connect_show(
+    State(app): State<App>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    Ok(connect_response(
+        connect::show(&app, &code, session.as_deref()).await?,
     ))
+}
+
+/// `POST /connect/{code}`.
+pub async fn connect_act(
+    State(app): State<App>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let out = connect::act(
+        &app,
+        &code,
+        account_form(&headers, session.as_deref(), form(&body)?),
+    )
+    .await?;
+    Ok(connect_response(out))
+}
+
+fn connect_response(out: ConnectOutcome) -> Response {
+    match out {
+        ConnectOutcome::Page(p) => {
+            let mut resp = render(*p).into_response();
+            // The form redirects to GitHub: no form-action (see headers.rs).
+            resp.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP_CONSENT),
+            );
+            resp
+        }
+        ConnectOutcome::GitHub { url, set_cookie } => {
+            with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
+        }
+        ConnectOutcome::Message(title, message) => render(consent_ui::MessagePage {
+            title: title.to_owned(),
+            message,
+        })
+        .into_response(),
+    }
+}
+
+/// `POST /account/disconnect`.
+pub async fn account_disconnect(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let to = account::disconnect(
+        &app,
+        account_form(&headers, session.as_deref(), form(&body)?),
+    )
+    .await?;
+    Ok(Redirect::to(to).into_response())
+}
+
+/// `POST /account/withdraw`.
+pub async fn account_withdraw(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let to = account::withdraw(
+        &app,
+        account_form(&headers, session.as_deref(), form(&body)?),
+    )
+    .await?;
+    Ok(Redirect::to(to).into_response())
 }
 
 /// `GET /account`.

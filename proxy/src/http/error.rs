@@ -128,6 +128,18 @@ pub fn gateway(app: &crate::app::App, e: GatewayError) -> Response {
                 "Bearer error=\"insufficient_scope\", scope=\"{needed}\", resource_metadata=\"{prm}\""
             ),
         ),
+        GatewayError::BadRequestState { ref id } => rpc(
+            StatusCode::BAD_REQUEST,
+            id.as_deref(),
+            -32602,
+            "requestState is invalid, expired, or not yours",
+        ),
+        GatewayError::GitHubRejected => rpc(
+            StatusCode::BAD_GATEWAY,
+            None,
+            -32000,
+            "GitHub refused this account's access",
+        ),
         GatewayError::ForbiddenOrigin => {
             rpc(StatusCode::FORBIDDEN, None, -32000, "Origin not allowed")
         }
@@ -189,6 +201,14 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self.0 {
             FlowError::OAuth(e) => oauth_json(e),
+            FlowError::ExchangeRefused(body) => {
+                let mut r = (StatusCode::BAD_REQUEST, Json(body.clone())).into_response();
+                r.headers_mut()
+                    .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                r.headers_mut()
+                    .insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+                r
+            }
             FlowError::Page(_) | FlowError::ClientRedirect(_) => oauth_json(&OAuthError::new(
                 ErrorCode::InvalidRequest,
                 "invalid request",
@@ -221,9 +241,14 @@ impl<E: Into<FlowError>> From<E> for PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         match self.0 {
+            // A 404 carries no request id: every "not found" (a connect link unknown, expired,
+            // declined or replaced) must be byte-identical.
+            FlowError::Page(p) if p.status == 404 => page(p, String::new()),
             FlowError::Page(p) => page(p, request_id()),
             FlowError::ClientRedirect(url) => Redirect::to(&url).into_response(),
-            FlowError::OAuth(_) => page(pages::BAD_REQUEST, request_id()),
+            FlowError::OAuth(_) | FlowError::ExchangeRefused(_) => {
+                page(pages::BAD_REQUEST, request_id())
+            }
             e @ FlowError::GitHub(_) => {
                 let id = internal(&e);
                 page(pages::GITHUB_FAILED, id)

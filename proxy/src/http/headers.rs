@@ -1,5 +1,7 @@
 //! Security headers on every response, in one place: a strict CSP (no scripts, no framing,
-//! styles only from our stylesheet), `X-Frame-Options: DENY`, `nosniff`, no referrer, and
+//! styles only from our stylesheet), `X-Frame-Options: DENY`, `nosniff`, a `same-origin`
+//! referrer policy (no URL ever leaves the origin in a `Referer`; `no-referrer` would make
+//! browsers send `Origin: null` on our own form POSTs, defeating the same-origin check), and
 //! `no-store` unless a handler chose otherwise. The consent page sets its own CSP without
 //! `form-action`: Chrome applies `form-action` to the redirects after a form POST, and
 //! approval redirects to GitHub, denial to the client's (possibly custom-scheme) URI.
@@ -28,7 +30,7 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));

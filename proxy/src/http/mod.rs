@@ -62,6 +62,12 @@ pub fn router(app: App) -> Router {
         .route("/account", get(browser::account))
         .route("/account/revoke", post(browser::account_revoke))
         .route("/account/sign-out", post(browser::account_sign_out))
+        .route("/account/disconnect", post(browser::account_disconnect))
+        .route("/account/withdraw", post(browser::account_withdraw))
+        .route(
+            "/connect/{code}",
+            get(browser::connect_show).post(browser::connect_act),
+        )
         .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet));
     // /mcp: browsers may call it from the proxy's own origin and configured ones; preflights
     // are answered here, without authentication.

@@ -18,6 +18,8 @@ use crate::store::records::FamilyRecord;
 pub const ACCESS_PREFIX: &str = "mcpat_";
 /// Prefix of refresh tokens.
 pub const REFRESH_PREFIX: &str = "mcprt_";
+/// Prefix of tokens given to exchange-mode backends.
+pub const BACKEND_PREFIX: &str = "mcpbt_";
 /// Prefix of authorization codes.
 pub const CODE_PREFIX: &str = "mcpac_";
 /// Prefix of generated client ids (never `https://`, which would read as a metadata URL).
@@ -32,6 +34,14 @@ const MAX_SIBLINGS: usize = 4;
 pub fn new_access_token() -> Result<AccessToken, CryptoError> {
     Ok(AccessToken::new(format!(
         "{ACCESS_PREFIX}{}",
+        crypto::random_token()?
+    )))
+}
+
+/// A new backend token.
+pub fn new_backend_token() -> Result<crate::ids::BackendToken, CryptoError> {
+    Ok(crate::ids::BackendToken::new(format!(
+        "{BACKEND_PREFIX}{}",
         crypto::random_token()?
     )))
 }

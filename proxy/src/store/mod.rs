@@ -48,11 +48,19 @@ pub enum Keyspace {
     McpSessions,
     /// Backend `requestState` values bound to a person and client, by hash.
     RequestStates,
+    /// Which agents may use a person's GitHub account, by `user|client`.
+    Allowances,
+    /// Connect links, by hash of the code.
+    ConnectLinks,
+    /// The one open link per person, agent and service, by `user|client|service`.
+    ConnectLinkIndex,
+    /// Short-lived tokens given to exchange-mode backends, by hash.
+    BackendTokens,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 15] = [
+    pub const ALL: [Keyspace; 19] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -68,6 +76,10 @@ impl Keyspace {
         Keyspace::SeenRedirectHosts,
         Keyspace::McpSessions,
         Keyspace::RequestStates,
+        Keyspace::Allowances,
+        Keyspace::ConnectLinks,
+        Keyspace::ConnectLinkIndex,
+        Keyspace::BackendTokens,
     ];
 
     /// On-disk name.
@@ -88,6 +100,10 @@ impl Keyspace {
             Keyspace::SeenRedirectHosts => "seen_redirect_hosts",
             Keyspace::McpSessions => "mcp_sessions",
             Keyspace::RequestStates => "request_states",
+            Keyspace::Allowances => "allowances",
+            Keyspace::ConnectLinks => "connect_links",
+            Keyspace::ConnectLinkIndex => "connect_link_index",
+            Keyspace::BackendTokens => "backend_tokens",
         }
     }
 }

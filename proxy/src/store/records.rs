@@ -75,28 +75,29 @@ pub enum FlowPurpose {
         /// The transaction.
         txn: Box<TxnRecord>,
     },
-    /// A plain sign-in to the proxy (account page).
+    /// A plain sign-in to the proxy (account page, connect links): identity only.
     SignIn {
         /// Where to go afterwards: a fixed local path, never from input.
         return_to: ReturnTo,
     },
+    /// Connecting (or reconnecting) GitHub from a connect link opened by its own person.
+    Connect {
+        /// The link.
+        link_id: String,
+    },
 }
 
-/// Local destinations after sign-in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Local destinations after sign-in: fixed places, never a URL from input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "to", rename_all = "snake_case")]
 pub enum ReturnTo {
     /// `/account`.
     Account,
-}
-
-impl ReturnTo {
-    /// The local path.
-    pub fn path(self) -> &'static str {
-        match self {
-            ReturnTo::Account => "/account",
-        }
-    }
+    /// A connect link, by its id (the path is derived from the id with the link key).
+    Connect {
+        /// The link.
+        link_id: String,
+    },
 }
 
 /// A `state` sent to GitHub, stored under its hash.
@@ -118,6 +119,7 @@ impl UpstreamStateRecord {
         match &self.purpose {
             FlowPurpose::Authorize { txn, .. } => ("authorize", txn.client_id.as_str()),
             FlowPurpose::SignIn { .. } => ("sign-in", ""),
+            FlowPurpose::Connect { link_id } => ("connect", link_id.as_str()),
         }
     }
 }
@@ -261,4 +263,85 @@ pub struct GrantRecord {
 pub struct SeenHostRecord {
     /// SHA-256 of each approver's user id.
     pub approvers: Vec<String>,
+}
+
+/// An agent's permission to use a person's GitHub account, with the scopes it may use.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AllowanceRecord {
+    /// The person.
+    pub user_id: UserId,
+    /// The agent (MCP client).
+    pub client_id: ClientId,
+    /// Scopes it may use.
+    pub scopes: ScopeSet,
+    /// When allowed.
+    pub granted_at: UnixTime,
+}
+
+/// What a connect link asks the person to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    /// No working GitHub account connected.
+    Connect,
+    /// An account is connected but this agent may not use it (or not with these scopes).
+    Allow,
+    /// GitHub stopped honouring the stored token.
+    Reconnect,
+}
+
+impl LinkKind {
+    /// The `reason` of a token-exchange refusal.
+    pub fn reason(self) -> &'static str {
+        match self {
+            LinkKind::Connect => "connect_required",
+            LinkKind::Allow => "allow_required",
+            LinkKind::Reconnect => "reconnect_required",
+        }
+    }
+}
+
+/// A connect link, stored under the hash of its code.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnectLinkRecord {
+    /// Public id (the `elicitationId` / `connect_id`).
+    pub link_id: String,
+    /// The person it was made for.
+    pub user_id: UserId,
+    /// The agent that needs access.
+    pub client_id: ClientId,
+    /// The service ("github").
+    pub service: String,
+    /// What it asks.
+    pub kind: LinkKind,
+    /// Scopes the agent needs.
+    pub scopes: ScopeSet,
+    /// Created.
+    pub created_at: UnixTime,
+    /// Expires.
+    pub expires_at: UnixTime,
+}
+
+/// The open link of one person, agent and service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnectIndexRecord {
+    /// Its id.
+    pub link_id: String,
+    /// Its kind.
+    pub kind: LinkKind,
+    /// Hash of its code.
+    pub code_hash: String,
+}
+
+/// A short-lived token the proxy gave an exchange-mode backend for one request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackendTokenRecord {
+    /// The person.
+    pub user_id: UserId,
+    /// The agent.
+    pub client_id: ClientId,
+    /// Scopes of the agent's token.
+    pub scopes: ScopeSet,
+    /// Expiry.
+    pub expires_at: UnixTime,
 }

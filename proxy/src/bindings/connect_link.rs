@@ -1,0 +1,489 @@
+//! Binding: a connect link ↔ the person it was made for (DESIGN.md §6). A link is
+//! `/connect/<code>`: 32 bytes derived from its id with a key used for nothing else, stored
+//! only as a hash, pointing to (person, agent, service, kind). One open link per person, agent
+//! and service: asking again returns the same link; a different kind replaces it and the old
+//! code then behaves exactly like an unknown one. Opening runs these checks in this order,
+//! before anything is shown: unknown/expired/declined/replaced → one 404; nobody signed in →
+//! sign in; someone else signed in → refused (and audited); sign-in too old → sign in again.
+//! Only then does the person get `OpenedBy`, which the page's action requires.
+
+use super::audience::Audienced;
+use crate::clock::UnixTime;
+use crate::crypto::{self, Key};
+use crate::ids::{ClientId, UserId};
+use crate::oauth::scope::ScopeSet;
+use crate::session::Session;
+use crate::store::records::{AccessTokenRecord, ConnectIndexRecord, ConnectLinkRecord, LinkKind};
+use crate::store::{Keyspace, Store, StoreError, StoreExt};
+
+/// The only service today.
+pub const GITHUB: &str = "github";
+
+/// The code of a link, derived from its id.
+pub fn code_for(key: &Key, link_id: &str) -> String {
+    crypto::b64url(&key.mac(&[b"mcp-oauth-proxy/connect-link/v1", link_id.as_bytes()]))
+}
+
+fn index_key(user: &UserId, client: &ClientId, service: &str) -> String {
+    format!("{}|{}|{service}", user.as_str(), client.as_str())
+}
+
+/// A link as handed to an agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedLink {
+    /// Its id (`elicitationId`, `connect_id`).
+    pub link_id: String,
+    /// `/connect/<code>`, relative to the public URL.
+    pub path: String,
+    /// What it asks.
+    pub kind: LinkKind,
+    /// Seconds until it expires.
+    pub expires_in: u64,
+    /// Whether this call created it (false: the open one was returned again).
+    pub created: bool,
+}
+
+/// Who a link is for: taken from an authenticated request only (the agent's audience-checked
+/// token at `/mcp`, or the backend token a backend exchanged).
+#[derive(Debug, Clone, Copy)]
+pub struct For<'a> {
+    /// The person.
+    pub user: &'a UserId,
+    /// The agent.
+    pub client: &'a ClientId,
+}
+
+impl<'a> For<'a> {
+    /// From an audience-checked access token.
+    pub fn token(t: &'a Audienced<AccessTokenRecord>) -> For<'a> {
+        For {
+            user: &t.get().user_id,
+            client: &t.get().client_id,
+        }
+    }
+}
+
+/// Returns the open link for (person, agent, service) of this kind, creating it if there is
+/// none, or replacing it if the open one is of another kind.
+pub async fn request(
+    store: &dyn Store,
+    key: &Key,
+    now: UnixTime,
+    ttl_secs: u64,
+    who: For<'_>,
+    kind: LinkKind,
+    scopes: &ScopeSet,
+) -> Result<IssuedLink, StoreError> {
+    let (user, client) = (who.user, who.client);
+    let ikey = index_key(user, client, GITHUB);
+    if let Some(open) = store
+        .get_json::<ConnectIndexRecord>(Keyspace::ConnectLinkIndex, &ikey)
+        .await?
+    {
+        let live: Option<ConnectLinkRecord> = store
+            .get_json(Keyspace::ConnectLinks, &open.code_hash)
+            .await?;
+        match live {
+            Some(l) if l.kind == kind && l.scopes.covers(scopes) => {
+                return Ok(IssuedLink {
+                    path: format!("/connect/{}", code_for(key, &l.link_id)),
+                    link_id: l.link_id,
+                    kind,
+                    expires_in: l.expires_at.since(now),
+                    created: false,
+                });
+            }
+            // Another kind (or more scopes): the old code must stop working.
+            Some(_) => {
+                store
+                    .remove(Keyspace::ConnectLinks, &open.code_hash)
+                    .await?
+            }
+            None => {}
+        }
+    }
+    let link_id = crypto::b64url(
+        &crypto::random_bytes::<16>().map_err(|e| StoreError::Backend(e.to_string()))?,
+    );
+    let code = code_for(key, &link_id);
+    let code_hash = crypto::hash_secret(&code);
+    let expires_at = now.plus(ttl_secs);
+    let rec = ConnectLinkRecord {
+        link_id: link_id.clone(),
+        user_id: user.clone(),
+        client_id: client.clone(),
+        service: GITHUB.to_owned(),
+        kind,
+        scopes: scopes.clone(),
+        created_at: now,
+        expires_at,
+    };
+    store
+        .put_json(Keyspace::ConnectLinks, &code_hash, &rec, Some(expires_at))
+        .await?;
+    let idx = ConnectIndexRecord {
+        link_id: link_id.clone(),
+        kind,
+        code_hash,
+    };
+    store
+        .put_json(Keyspace::ConnectLinkIndex, &ikey, &idx, Some(expires_at))
+        .await?;
+    Ok(IssuedLink {
+        path: format!("/connect/{code}"),
+        link_id,
+        kind,
+        expires_in: ttl_secs,
+        created: true,
+    })
+}
+
+/// The person who opened a link is the person it was made for, with a recent sign-in. Only
+/// this module makes one.
+#[derive(Debug)]
+pub struct OpenedBy {
+    link: ConnectLinkRecord,
+    code_hash: String,
+}
+
+impl OpenedBy {
+    /// The link.
+    pub fn link(&self) -> &ConnectLinkRecord {
+        &self.link
+    }
+}
+
+/// What opening a link leads to, in the order the checks run.
+#[derive(Debug)]
+pub enum Opened {
+    /// Unknown, expired, declined or replaced: all the same to the caller.
+    NotFound,
+    /// Nobody is signed in: sign in, then come back to this link.
+    SignIn {
+        /// The link id, to return to.
+        link_id: String,
+    },
+    /// Someone other than the link's person is signed in.
+    WrongPerson {
+        /// The link.
+        link_id: String,
+        /// Whose link.
+        owner: UserId,
+        /// Who opened it.
+        opener: UserId,
+    },
+    /// The sign-in is too old: sign in again.
+    Stale {
+        /// The link id, to return to.
+        link_id: String,
+    },
+    /// The right person: the action may be offered.
+    Owner(OpenedBy),
+}
+
+/// Runs the opener checks, in order.
+pub async fn open(
+    store: &dyn Store,
+    code: &str,
+    session: Option<&Session>,
+    now: UnixTime,
+    max_sign_in_age_secs: u64,
+) -> Result<Opened, StoreError> {
+    let code_hash = crypto::hash_secret(code);
+    let Some(link) = store
+        .get_json::<ConnectLinkRecord>(Keyspace::ConnectLinks, &code_hash)
+        .await?
+    else {
+        return Ok(Opened::NotFound);
+    };
+    let Some(s) = session else {
+        return Ok(Opened::SignIn {
+            link_id: link.link_id,
+        });
+    };
+    if s.record.user_id != link.user_id {
+        return Ok(Opened::WrongPerson {
+            link_id: link.link_id,
+            owner: link.user_id,
+            opener: s.record.user_id.clone(),
+        });
+    }
+    if now.since(s.record.auth_time) > max_sign_in_age_secs {
+        return Ok(Opened::Stale {
+            link_id: link.link_id,
+        });
+    }
+    Ok(Opened::Owner(OpenedBy { link, code_hash }))
+}
+
+/// Closes a link (completed or declined): its code becomes unknown.
+pub async fn close(store: &dyn Store, opened: OpenedBy) -> Result<ConnectLinkRecord, StoreError> {
+    store
+        .remove(Keyspace::ConnectLinks, &opened.code_hash)
+        .await?;
+    let ikey = index_key(
+        &opened.link.user_id,
+        &opened.link.client_id,
+        &opened.link.service,
+    );
+    if let Some(idx) = store
+        .get_json::<ConnectIndexRecord>(Keyspace::ConnectLinkIndex, &ikey)
+        .await?
+        && idx.link_id == opened.link.link_id
+    {
+        store.remove(Keyspace::ConnectLinkIndex, &ikey).await?;
+    }
+    Ok(opened.link)
+}
+
+/// Looks a link up by id, for the GitHub callback of a connect flow; `None` if it is no
+/// longer open.
+pub async fn reopen_by_id(
+    store: &dyn Store,
+    key: &Key,
+    link_id: &str,
+) -> Result<Option<OpenedBy>, StoreError> {
+    let code_hash = crypto::hash_secret(&code_for(key, link_id));
+    Ok(store
+        .get_json::<ConnectLinkRecord>(Keyspace::ConnectLinks, &code_hash)
+        .await?
+        .map(|link| OpenedBy { link, code_hash }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::audience::audienced;
+    use crate::clock::ManualClock;
+    use crate::ids::{FamilyId, GitHubLogin};
+    use crate::store::SledStore;
+    use crate::store::records::SessionRecord;
+
+    fn token(user: u64, client: &str) -> Audienced<AccessTokenRecord> {
+        let rec = AccessTokenRecord {
+            family_id: FamilyId::new("f"),
+            user_id: UserId::github(user),
+            client_id: ClientId::new(client),
+            scopes: ScopeSet::default(),
+            resource: "r".into(),
+            issued_at: UnixTime(0),
+            expires_at: UnixTime(1),
+        };
+        audienced(rec, "r").unwrap()
+    }
+
+    fn session(user: u64, auth_time: u64) -> Session {
+        Session {
+            token_hash: "h".into(),
+            record: SessionRecord {
+                user_id: UserId::github(user),
+                login: GitHubLogin::new("x"),
+                auth_time: UnixTime(auth_time),
+            },
+        }
+    }
+
+    fn code(path: &str) -> &str {
+        path.strip_prefix("/connect/").unwrap()
+    }
+
+    async fn setup() -> (SledStore, Key) {
+        (
+            SledStore::temporary(ManualClock::new(UnixTime(1_000))).unwrap(),
+            Key::generate().unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn second_request_returns_same_link() {
+        let (s, k) = setup().await;
+        let t = token(1, "agent");
+        let a = request(
+            &s,
+            &k,
+            UnixTime(1_000),
+            1800,
+            For::token(&t),
+            LinkKind::Connect,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        let b = request(
+            &s,
+            &k,
+            UnixTime(1_010),
+            1800,
+            For::token(&t),
+            LinkKind::Connect,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        assert!(a.created && !b.created);
+        assert_eq!((a.link_id.clone(), a.path.clone()), (b.link_id, b.path));
+        assert_eq!(a.path.len(), "/connect/".len() + 43);
+    }
+
+    #[tokio::test]
+    async fn kind_change_replaces_link() {
+        let (s, k) = setup().await;
+        let t = token(1, "agent");
+        let a = request(
+            &s,
+            &k,
+            UnixTime(1_000),
+            1800,
+            For::token(&t),
+            LinkKind::Connect,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        let b = request(
+            &s,
+            &k,
+            UnixTime(1_000),
+            1800,
+            For::token(&t),
+            LinkKind::Allow,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        assert_ne!(a.link_id, b.link_id);
+        let old = open(
+            &s,
+            code(&a.path),
+            Some(&session(1, 1_000)),
+            UnixTime(1_001),
+            900,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(old, Opened::NotFound));
+        let new = open(
+            &s,
+            code(&b.path),
+            Some(&session(1, 1_000)),
+            UnixTime(1_001),
+            900,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(new, Opened::Owner(_)));
+    }
+
+    #[tokio::test]
+    async fn checks_run_in_order() {
+        let (s, k) = setup().await;
+        let a = request(
+            &s,
+            &k,
+            UnixTime(1_000),
+            1800,
+            For::token(&token(1, "agent")),
+            LinkKind::Connect,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        let c = code(&a.path);
+        assert!(matches!(
+            open(
+                &s,
+                "unknown",
+                Some(&session(1, 1_000)),
+                UnixTime(1_001),
+                900
+            )
+            .await
+            .unwrap(),
+            Opened::NotFound
+        ));
+        assert!(matches!(
+            open(&s, c, None, UnixTime(1_001), 900).await.unwrap(),
+            Opened::SignIn { .. }
+        ));
+        // Another person is refused even with a stale sign-in: identity is checked first.
+        assert!(matches!(
+            open(&s, c, Some(&session(2, 0)), UnixTime(1_001), 900)
+                .await
+                .unwrap(),
+            Opened::WrongPerson { .. }
+        ));
+        assert!(matches!(
+            open(&s, c, Some(&session(1, 0)), UnixTime(1_001), 900)
+                .await
+                .unwrap(),
+            Opened::Stale { .. }
+        ));
+        assert!(matches!(
+            open(&s, c, Some(&session(1, 1_000)), UnixTime(1_001), 900)
+                .await
+                .unwrap(),
+            Opened::Owner(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn closed_and_expired_links_are_unknown() {
+        let (s, k) = setup().await;
+        let t = token(1, "agent");
+        let a = request(
+            &s,
+            &k,
+            UnixTime(1_000),
+            1800,
+            For::token(&t),
+            LinkKind::Allow,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        let Opened::Owner(o) = open(
+            &s,
+            code(&a.path),
+            Some(&session(1, 1_000)),
+            UnixTime(1_001),
+            900,
+        )
+        .await
+        .unwrap() else {
+            panic!("owner expected")
+        };
+        close(&s, o).await.unwrap();
+        assert!(matches!(
+            open(
+                &s,
+                code(&a.path),
+                Some(&session(1, 1_000)),
+                UnixTime(1_001),
+                900
+            )
+            .await
+            .unwrap(),
+            Opened::NotFound
+        ));
+        // A new request after closing makes a new link.
+        let b = request(
+            &s,
+            &k,
+            UnixTime(1_000),
+            1800,
+            For::token(&t),
+            LinkKind::Allow,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        assert!(b.created && b.link_id != a.link_id);
+    }
+
+    #[test]
+    fn code_depends_on_the_key() {
+        let (k1, k2) = (Key::generate().unwrap(), Key::generate().unwrap());
+        assert_ne!(code_for(&k1, "id"), code_for(&k2, "id"));
+        assert_eq!(code_for(&k1, "id"), code_for(&k1, "id"));
+    }
+}

@@ -1,0 +1,108 @@
+//! Whether a person's GitHub access can serve an agent right now, and the allowances that say
+//! which agents may use it. No GitHub call is needed to decide (an expiring GitHub App token
+//! is refreshed single-flight by `github::grants` only when it is about to be used).
+
+use super::FlowError;
+use crate::app::App;
+use crate::github::grants::{GrantError, GrantStatus};
+use crate::ids::{ClientId, GitHubToken, UserId};
+use crate::oauth::scope::ScopeSet;
+use crate::store::records::{AllowanceRecord, LinkKind};
+use crate::store::{Keyspace, StoreExt};
+
+/// The answer.
+#[derive(Debug)]
+pub enum Access {
+    /// Usable: the person's GitHub token.
+    Ready(GitHubToken),
+    /// The person must act first.
+    Needs(LinkKind),
+}
+
+fn key(user: &UserId, client: &ClientId) -> String {
+    format!("{}|{}", user.as_str(), client.as_str())
+}
+
+/// Lets an agent use the person's GitHub account with `scopes` (added to what it had).
+pub async fn allow(
+    app: &App,
+    user: &UserId,
+    client: &ClientId,
+    scopes: &ScopeSet,
+) -> Result<(), FlowError> {
+    let k = key(user, client);
+    let previous: Option<AllowanceRecord> = app.store.get_json(Keyspace::Allowances, &k).await?;
+    let union = match previous {
+        Some(p) => ScopeSet::from_list(p.scopes.iter().chain(scopes.iter()).map(str::to_owned)),
+        None => scopes.clone(),
+    };
+    let rec = AllowanceRecord {
+        user_id: user.clone(),
+        client_id: client.clone(),
+        scopes: union,
+        granted_at: app.clock.now(),
+    };
+    app.store
+        .put_json(Keyspace::Allowances, &k, &rec, None)
+        .await?;
+    Ok(())
+}
+
+/// Withdraws an agent's permission.
+pub async fn withdraw(app: &App, user: &UserId, client: &ClientId) -> Result<(), FlowError> {
+    app.store
+        .remove(Keyspace::Allowances, &key(user, client))
+        .await?;
+    Ok(())
+}
+
+/// The agents a person allowed.
+pub async fn allowances(app: &App, user: &UserId) -> Result<Vec<AllowanceRecord>, FlowError> {
+    Ok(app
+        .store
+        .scan_json::<AllowanceRecord>(Keyspace::Allowances, &format!("{}|", user.as_str()))
+        .await?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
+}
+
+/// Decides, for `client` acting for `user` with `scopes`, whether GitHub access is ready.
+pub async fn for_agent(
+    app: &App,
+    user: &UserId,
+    client: &ClientId,
+    scopes: &ScopeSet,
+) -> Result<Access, FlowError> {
+    match app.grants.status(user).await? {
+        GrantStatus::Missing => return Ok(Access::Needs(LinkKind::Connect)),
+        GrantStatus::Broken => return Ok(Access::Needs(LinkKind::Reconnect)),
+        GrantStatus::Usable => {}
+    }
+    let allowance: Option<AllowanceRecord> = app
+        .store
+        .get_json(Keyspace::Allowances, &key(user, client))
+        .await?;
+    if !allowance.is_some_and(|a| a.scopes.covers(scopes)) {
+        return Ok(Access::Needs(LinkKind::Allow));
+    }
+    match app.grants.access_token(user).await {
+        Ok(t) => Ok(Access::Ready(t)),
+        Err(GrantError::Missing) => Ok(Access::Needs(LinkKind::Connect)),
+        Err(GrantError::Broken) => Ok(Access::Needs(LinkKind::Reconnect)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The sentence shown to the person (through the agent), naming the agent and the action.
+pub fn message(kind: LinkKind, agent: &str) -> String {
+    match kind {
+        LinkKind::Connect => {
+            format!("Open this link to connect your GitHub account and let {agent} use it.")
+        }
+        LinkKind::Allow => format!("Open this link to let {agent} use your GitHub account."),
+        LinkKind::Reconnect => format!(
+            "GitHub stopped accepting this server's access to your account. Open this link to reconnect it for {agent}."
+        ),
+    }
+}
