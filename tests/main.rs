@@ -16,6 +16,13 @@ mod bindings {
     mod redirect;
 }
 
+/// Connect links, refusals by protocol version, and token exchange (DESIGN.md §5–7).
+mod connect {
+    mod exchange;
+    mod links;
+    mod refusals;
+}
+
 mod gateway {
     mod auth;
     mod passthrough;

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use mcp_examples::backend::{BackendConfig, DemoBackend};
+use mcp_examples::backend::{BackendConfig, DemoBackend, ExchangeConfig};
 use mcp_examples::{FakeGitHub, FakeGitHubConfig};
 
 use crate::clock::SystemClock;
@@ -40,10 +40,21 @@ pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
     ))
     .await
     .map_err(|e| StartError::GitHub(e.to_string()))?;
-    let backend = DemoBackend::start(BackendConfig {
-        github_api_url: github.api_url(),
-        prefer_sse: false,
-    })
+    // The demo backend exchanges its short-lived proxy token for the person's GitHub token
+    // (RFC 8693) with a secret generated for this run.
+    let backend_secret =
+        crate::crypto::random_token().map_err(|e| StartError::Keys(e.to_string()))?;
+    let backend = DemoBackend::start_with_exchange(
+        BackendConfig {
+            github_api_url: github.api_url(),
+            prefer_sse: false,
+        },
+        ExchangeConfig::new(
+            format!("{public_url}/token"),
+            "demo-backend",
+            backend_secret.clone(),
+        ),
+    )
     .await
     .map_err(|e| StartError::GitHub(format!("demo backend: {e}")))?;
     let toml = format!(
@@ -63,7 +74,9 @@ api_url = "{api}"
 path = "{store}"
 [backend]
 url = "{backend}"
-auth = "github_token"
+auth = "exchange"
+exchange_client_id = "demo-backend"
+exchange_client_secret = "{backend_secret}"
 "#,
         listen = opts.listen,
         authorize = github.authorize_url(),

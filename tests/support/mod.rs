@@ -6,10 +6,11 @@ pub mod browser;
 pub mod client;
 pub mod logs;
 pub mod mcp;
+pub mod people;
 
 use std::sync::Arc;
 
-use mcp_examples::backend::{BackendConfig, DemoBackend};
+use mcp_examples::backend::{BackendConfig, DemoBackend, ExchangeConfig};
 use mcp_examples::{FakeGitHub, FakeGitHubConfig};
 use mcp_oauth_proxy::app::App;
 use mcp_oauth_proxy::clock::{Clock, ManualClock, SystemClock};
@@ -45,7 +46,14 @@ pub struct Options {
     pub backend_prefers_sse: bool,
     /// Extra lines inside the `[backend]` section.
     pub backend_toml: String,
+    /// The backend uses token exchange (`auth = "exchange"`) instead of the GitHub token.
+    pub exchange: bool,
 }
+
+/// The exchange-mode backend's credentials at the proxy.
+pub const BACKEND_CLIENT_ID: &str = "demo-backend";
+/// Its secret.
+pub const BACKEND_CLIENT_SECRET: &str = "backend-secret-0123456789abcdef";
 
 impl TestProxy {
     /// Starts with defaults.
@@ -68,23 +76,36 @@ impl TestProxy {
         let addr = listener.local_addr().unwrap();
         let base = format!("http://{addr}");
         github.set_callback_url(&format!("{base}/callback/github"));
-        let backend = if opts.backend {
-            Some(
-                DemoBackend::start(BackendConfig {
-                    github_api_url: github.api_url(),
-                    prefer_sse: opts.backend_prefers_sse,
-                })
-                .await
-                .unwrap(),
-            )
+        let backend = if opts.backend || opts.exchange {
+            let cfg = BackendConfig {
+                github_api_url: github.api_url(),
+                prefer_sse: opts.backend_prefers_sse,
+            };
+            Some(if opts.exchange {
+                let ex = ExchangeConfig::new(
+                    format!("{base}/token"),
+                    BACKEND_CLIENT_ID,
+                    BACKEND_CLIENT_SECRET,
+                );
+                DemoBackend::start_with_exchange(cfg, ex).await.unwrap()
+            } else {
+                DemoBackend::start(cfg).await.unwrap()
+            })
         } else {
             None
+        };
+        let auth = if opts.exchange {
+            format!(
+                "auth = \"exchange\"\nexchange_client_id = \"{BACKEND_CLIENT_ID}\"\nexchange_client_secret = \"{BACKEND_CLIENT_SECRET}\""
+            )
+        } else {
+            "auth = \"github_token\"".to_owned()
         };
         let backend_toml = backend
             .as_ref()
             .map(|b| {
                 format!(
-                    "[backend]\nurl = \"{}\"\nauth = \"github_token\"\n{}\n",
+                    "[backend]\nurl = \"{}\"\n{auth}\n{}\n",
                     b.url(),
                     opts.backend_toml
                 )

@@ -286,10 +286,34 @@ async fn check_handles(
         }
     }
     if let Some(state) = &inbound.request_state
+        && state.starts_with(request_state::PREFIX)
+    {
+        // A state this gateway minted with an input_required refusal.
+        let t = token.get();
+        let digest = request_state::params_digest(inbound.params.as_ref());
+        let method = inbound.method.as_deref().unwrap_or_default();
+        if request_state::check(
+            &app.keys.request_state,
+            state,
+            &t.user_id,
+            &t.client_id,
+            method,
+            &digest,
+            app.clock.now(),
+        )
+        .is_err()
+        {
+            app.audit.record(reject("request_state")).await?;
+            return Err(GatewayError::BadRequestState {
+                id: inbound.id.clone(),
+            });
+        }
+    } else if let Some(state) = &inbound.request_state
         && session_binding::check_request_state(store, state, token)
             .await?
             .is_err()
     {
+        // A backend's state: it must have been minted for this caller.
         app.audit.record(reject("request_state")).await?;
         return Err(GatewayError::UnknownSession);
     }
