@@ -11,6 +11,10 @@ use crate::app::App;
 /// `/.well-known/oauth-authorization-server`.
 pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
     let u = &app.config.public_url;
+    let mut grants = vec!["authorization_code", "refresh_token"];
+    if app.config.backend.as_ref().is_some_and(|b| matches!(b.auth, crate::config::BackendAuth::Exchange { .. })) {
+        grants.push(crate::flows::exchange::GRANT_TYPE);
+    }
     Json(json!({
         "issuer": u.issuer(),
         "authorization_endpoint": u.join("/authorize"),
@@ -19,7 +23,7 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
         "revocation_endpoint": u.join("/revoke"),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": grants,
         "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "code_challenge_methods_supported": ["S256"],
