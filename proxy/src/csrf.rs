@@ -94,6 +94,11 @@ mod tests {
         // A POST with neither header is not trusted to be from our page.
         assert!(!same_origin(None, None, us));
         assert!(!same_origin(Some("none"), None, us));
+        assert!(
+            !same_origin(Some("same-site"), None, us),
+            "a sibling subdomain is not us"
+        );
+        assert!(!same_origin(Some("cross-site"), None, us));
         assert!(!same_origin(
             Some("cross-site"),
             Some("https://evil.example"),

@@ -101,3 +101,54 @@ pub enum SessionError {
     #[error(transparent)]
     Crypto(#[from] CryptoError),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(auth_time: u64) -> Session {
+        Session {
+            token_hash: "h".into(),
+            record: SessionRecord {
+                user_id: UserId::github(1),
+                login: GitHubLogin::new("a"),
+                auth_time: UnixTime(auth_time),
+            },
+        }
+    }
+
+    #[test]
+    fn consent_skip_needs_fetch_metadata_saying_not_cross_site() {
+        let p = SessionPolicy::default();
+        let s = session(1_000);
+        assert!(
+            s.fresh_for_consent_skip(UnixTime(1_001), &p, Some("none"))
+                .is_some()
+        );
+        assert!(
+            s.fresh_for_consent_skip(UnixTime(1_001), &p, Some("same-origin"))
+                .is_some()
+        );
+        // A browser that does not say where the navigation came from gets the page.
+        assert!(
+            s.fresh_for_consent_skip(UnixTime(1_001), &p, None)
+                .is_none()
+        );
+        assert!(
+            s.fresh_for_consent_skip(UnixTime(1_001), &p, Some("same-site"))
+                .is_none()
+        );
+        assert!(
+            s.fresh_for_consent_skip(UnixTime(1_001), &p, Some("cross-site"))
+                .is_none()
+        );
+        assert!(
+            s.fresh_for_consent_skip(
+                UnixTime(1_000 + p.consent_skip_max_age_secs + 1),
+                &p,
+                Some("none")
+            )
+            .is_none()
+        );
+    }
+}

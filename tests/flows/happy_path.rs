@@ -220,3 +220,52 @@ async fn denied_consent_returns_access_denied_with_iss_and_no_github_contact() {
     assert_eq!(again.status, 400);
     assert!(again.location().is_none());
 }
+
+/// After GitHub stopped honouring the person's grant, a remembered consent must not keep
+/// issuing codes silently: the page (and a new GitHub round trip) comes back.
+#[tokio::test]
+async fn broken_github_grant_stops_the_consent_skip() {
+    let proxy = TestProxy::start().await;
+    let client = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let browser = Browser::new();
+    client.tokens(&proxy, &browser, "alice").await;
+    proxy
+        .app
+        .grants
+        .mark_broken(&mcp_oauth_proxy::ids::UserId::github(1001))
+        .await
+        .unwrap();
+    let codes = proxy.count(Keyspace::Codes).await;
+    let r = browser
+        .navigate(
+            &client.authorize_url(&proxy, &Pkce::new(), "s", &[]),
+            "none",
+        )
+        .await;
+    assert_eq!(r.status, 200, "consent page expected");
+    assert_eq!(proxy.count(Keyspace::Codes).await, codes);
+}
+
+/// A browser that sends no fetch metadata gets the page even with a remembered consent.
+#[tokio::test]
+async fn navigation_without_fetch_metadata_does_not_skip_consent() {
+    let proxy = TestProxy::start().await;
+    let client = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let browser = Browser::new();
+    client.tokens(&proxy, &browser, "alice").await;
+    let url = client.authorize_url(&proxy, &Pkce::new(), "s", &[]);
+    let r = crate::support::http()
+        .get(&url)
+        .header(
+            "cookie",
+            format!(
+                "__Host-mcp-session={}",
+                browser.cookie("__Host-mcp-session").unwrap()
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("location").is_none());
+}

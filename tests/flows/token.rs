@@ -233,3 +233,133 @@ async fn confidential_client_must_present_its_secret_by_its_registered_method() 
     // None of the refusals consumed the code.
     assert_eq!(basic(&secret).await.unwrap().status(), 200);
 }
+
+/// RFC 7009 §2.1: a client may revoke only its own tokens. Another client holding a leaked
+/// token must not be able to cut the rightful client off.
+#[tokio::test]
+async fn revocation_by_another_client_changes_nothing() {
+    let proxy = TestProxy::start().await;
+    let owner = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let other = Client::register(&proxy, "Other", "https://other.example/cb").await;
+    let t = owner.tokens(&proxy, &Browser::new(), "alice").await;
+    let (access, refresh) = (
+        t.json["access_token"].as_str().unwrap(),
+        t.json["refresh_token"].as_str().unwrap(),
+    );
+    assert_eq!(
+        other.revoke(&proxy, refresh).await,
+        200,
+        "RFC 7009: no error for a token that is not yours"
+    );
+    assert_eq!(other.revoke(&proxy, access).await, 200);
+    assert!(
+        access::authenticate(&proxy.app, access)
+            .await
+            .unwrap()
+            .is_ok(),
+        "access token must survive"
+    );
+    assert_eq!(
+        owner.refresh(&proxy, refresh, &[]).await.status,
+        200,
+        "refresh token must survive"
+    );
+    assert!(
+        !proxy
+            .audit_events()
+            .await
+            .iter()
+            .any(|e| e == "token_revoked")
+    );
+}
+
+/// An access token past its expiry is refused even if the store still holds its record.
+#[tokio::test]
+async fn expired_access_token_record_is_refused_even_if_still_stored() {
+    use mcp_oauth_proxy::clock::Clock;
+    use mcp_oauth_proxy::store::StoreExt;
+    use mcp_oauth_proxy::store::records::AccessTokenRecord;
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let t = c.tokens(&proxy, &Browser::new(), "alice").await;
+    let access = t.json["access_token"].as_str().unwrap();
+    let hash = mcp_oauth_proxy::crypto::hash_secret(access);
+    let mut rec: AccessTokenRecord = proxy
+        .app
+        .store
+        .get_json(Keyspace::AccessTokens, &hash)
+        .await
+        .unwrap()
+        .unwrap();
+    rec.expires_at = mcp_oauth_proxy::clock::UnixTime(proxy.clock.now().0 - 1);
+    // Stored with a later store-level expiry: only the record's own expiry can refuse it.
+    proxy
+        .app
+        .store
+        .put_json(
+            Keyspace::AccessTokens,
+            &hash,
+            &rec,
+            Some(proxy.clock.now().plus(3600)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        access::authenticate(&proxy.app, access)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        TokenRejection::Unknown
+    );
+}
+
+/// A client that did not register the refresh grant cannot use one, even with a refresh
+/// token that exists.
+#[tokio::test]
+async fn refresh_by_a_client_without_the_refresh_grant_is_unauthorized() {
+    use mcp_oauth_proxy::store::StoreExt;
+    use mcp_oauth_proxy::store::records::FamilyRecord;
+    let proxy = TestProxy::start().await;
+    let r = crate::support::client::register_raw(
+        &proxy,
+        serde_json::json!({"client_name": "Codes only", "redirect_uris": ["https://c.example/cb"], "token_endpoint_auth_method": "none", "grant_types": ["authorization_code"]}),
+    )
+    .await;
+    let c = Client {
+        id: r.json["client_id"].as_str().unwrap().into(),
+        secret: None,
+        redirect_uri: "https://c.example/cb".into(),
+    };
+    let t = c.tokens(&proxy, &Browser::new(), "alice").await;
+    assert!(
+        t.json.get("refresh_token").is_none(),
+        "no refresh token without the grant"
+    );
+    // Forge a family record so a well-formed refresh token exists for this client.
+    let fam_key = proxy
+        .app
+        .store
+        .scan_prefix(Keyspace::RefreshFamilies, "")
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+        .0;
+    let mut fam: FamilyRecord = proxy
+        .app
+        .store
+        .get_json(Keyspace::RefreshFamilies, &fam_key)
+        .await
+        .unwrap()
+        .unwrap();
+    let token = mcp_oauth_proxy::oauth::grant::new_refresh_token(&fam.family_id).unwrap();
+    fam.current = vec![token.hash()];
+    proxy
+        .app
+        .store
+        .put_json(Keyspace::RefreshFamilies, &fam_key, &fam, None)
+        .await
+        .unwrap();
+    let r = c.refresh(&proxy, token.secret(), &[]).await;
+    assert_eq!((r.status, r.error()), (400, "unauthorized_client"));
+}

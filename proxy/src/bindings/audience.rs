@@ -120,6 +120,8 @@ mod tests {
             "https://mcp.example.com:8443/mcp",
             "http://mcp.example.com/mcp",
             "https://api.github.com",
+            "https://attacker@mcp.example.com/mcp",
+            "https://attacker:pw@mcp.example.com/mcp",
             "not a url",
         ] {
             let e = check_resource(Some(bad), C).unwrap_err();

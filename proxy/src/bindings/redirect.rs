@@ -410,6 +410,26 @@ mod tests {
     }
 
     #[test]
+    fn port_exception_is_only_for_the_three_loopback_spellings() {
+        // Independent of registration rules: the matcher itself must not widen.
+        assert_eq!(
+            m("http://app.example/cb", "http://app.example:8080/cb"),
+            Err(RedirectError::Mismatch)
+        );
+        assert_eq!(
+            m("http://127.0.0.2/cb", "http://127.0.0.2:1234/cb"),
+            Err(RedirectError::Mismatch)
+        );
+        assert_eq!(
+            m(
+                "http://[0:0:0:0:0:0:0:1]/cb",
+                "http://[0:0:0:0:0:0:0:1]:1234/cb"
+            ),
+            Err(RedirectError::Mismatch)
+        );
+    }
+
+    #[test]
     fn missing_redirect_uses_the_single_registered_one() {
         let one = vec!["https://app.example/cb".to_owned()];
         assert_eq!(

@@ -97,6 +97,25 @@ mod tests {
     }
 
     #[test]
+    fn malformed_s256_challenges_are_refused() {
+        for bad in [
+            &C[..42],
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw+cM=",
+            &"A".repeat(2000),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw/c",
+            "",
+        ] {
+            assert_eq!(
+                CodeChallenge::parse(Some(bad), Some("S256"))
+                    .unwrap_err()
+                    .code,
+                ErrorCode::InvalidRequest,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn s256_round_trip_and_wrong_verifier() {
         let c = CodeChallenge::parse(Some(C), Some("S256")).unwrap();
         c.verify(Some(V)).unwrap();

@@ -3,6 +3,9 @@
 //! consumes or revokes security state is never sent ahead of the data. Single use is `take`
 //! (remove-and-return), never read-then-delete. Expired records read as absent.
 
+#[cfg(test)]
+mod conformance;
+mod postgres;
 pub mod records;
 mod sled_store;
 
@@ -13,6 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::clock::UnixTime;
+pub use postgres::PgStore;
 pub use sled_store::SledStore;
 
 /// The keyspaces (tables). Names are stable on disk.

@@ -213,117 +213,12 @@ impl Store for SledStore {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use std::sync::Arc;
 
-    fn store() -> (Arc<SledStore>, Arc<ManualClock>) {
+    #[tokio::test]
+    async fn sled_passes_the_store_conformance_suite() {
         let clock = ManualClock::new(UnixTime(1_000));
-        (
-            Arc::new(SledStore::temporary(clock.clone()).unwrap()),
-            clock,
-        )
-    }
-
-    #[tokio::test]
-    async fn take_is_single_use_under_concurrency() {
-        let (s, _) = store();
-        s.put(Keyspace::Codes, "k", b"v".to_vec(), None)
-            .await
-            .unwrap();
-        let mut handles = Vec::new();
-        for _ in 0..32 {
-            let s = s.clone();
-            handles.push(tokio::spawn(async move {
-                s.take(Keyspace::Codes, "k").await.unwrap()
-            }));
-        }
-        let mut won = 0;
-        for h in handles {
-            if h.await.unwrap().is_some() {
-                won += 1;
-            }
-        }
-        assert_eq!(won, 1);
-    }
-
-    #[tokio::test]
-    async fn expired_records_read_as_absent_and_cannot_be_taken() {
-        let (s, clock) = store();
-        s.put(Keyspace::Codes, "k", b"v".to_vec(), Some(UnixTime(1_060)))
-            .await
-            .unwrap();
-        assert!(s.get(Keyspace::Codes, "k").await.unwrap().is_some());
-        clock.advance(60);
-        assert!(s.get(Keyspace::Codes, "k").await.unwrap().is_none());
-        assert!(s.take(Keyspace::Codes, "k").await.unwrap().is_none());
-    }
-
-    #[tokio::test]
-    async fn insert_new_refuses_a_live_record_but_replaces_an_expired_one() {
-        let (s, clock) = store();
-        assert!(
-            s.insert_new(Keyspace::Clients, "c", b"1".to_vec(), Some(UnixTime(1_010)))
-                .await
-                .unwrap()
-        );
-        assert!(
-            !s.insert_new(Keyspace::Clients, "c", b"2".to_vec(), None)
-                .await
-                .unwrap()
-        );
-        clock.advance(10);
-        assert!(
-            s.insert_new(Keyspace::Clients, "c", b"3".to_vec(), None)
-                .await
-                .unwrap()
-        );
-        assert_eq!(
-            s.get(Keyspace::Clients, "c").await.unwrap().unwrap().value,
-            b"3"
-        );
-    }
-
-    #[tokio::test]
-    async fn compare_and_swap_fails_on_a_changed_record() {
-        let (s, _) = store();
-        s.put(Keyspace::RefreshFamilies, "f", b"a".to_vec(), None)
-            .await
-            .unwrap();
-        let v = s
-            .get(Keyspace::RefreshFamilies, "f")
-            .await
-            .unwrap()
-            .unwrap();
-        let next = Versioned {
-            value: b"b".to_vec(),
-            expires_at: None,
-        };
-        assert!(
-            s.compare_and_swap(Keyspace::RefreshFamilies, "f", &v, Some(next.clone()))
-                .await
-                .unwrap()
-        );
-        assert!(
-            !s.compare_and_swap(Keyspace::RefreshFamilies, "f", &v, Some(next))
-                .await
-                .unwrap()
-        );
-    }
-
-    #[tokio::test]
-    async fn sweep_removes_only_expired() {
-        let (s, clock) = store();
-        s.put(Keyspace::Codes, "old", b"x".to_vec(), Some(UnixTime(1_001)))
-            .await
-            .unwrap();
-        s.put(Keyspace::Codes, "new", b"x".to_vec(), Some(UnixTime(9_999)))
-            .await
-            .unwrap();
-        s.put(Keyspace::Clients, "forever", b"x".to_vec(), None)
-            .await
-            .unwrap();
-        clock.advance(5);
-        assert_eq!(s.sweep_expired().await.unwrap(), 1);
-        assert_eq!(s.scan_prefix(Keyspace::Codes, "").await.unwrap().len(), 1);
+        let store = std::sync::Arc::new(SledStore::temporary(clock.clone()).unwrap());
+        crate::store::conformance::run(store, clock).await;
     }
 
     #[tokio::test]
@@ -336,7 +231,19 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let s = SledStore::open(dir.path(), clock).unwrap();
+        // sled's background flusher may hold the directory lock a moment after the drop.
+        let mut attempt = 0;
+        let s = loop {
+            match SledStore::open(dir.path(), clock.clone()) {
+                Ok(s) => break s,
+                Err(e) if attempt < 50 => {
+                    attempt += 1;
+                    let _ = e;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("reopen failed: {e}"),
+            }
+        };
         assert_eq!(
             s.get(Keyspace::Clients, "c").await.unwrap().unwrap().value,
             b"kept"

@@ -1,0 +1,2 @@
+//! Benchmarks (written next).
+fn main() {}
