@@ -23,6 +23,10 @@ mod connect {
     mod refusals;
 }
 
+/// Several replicas on one PostgreSQL database (skipped with a notice without PostgreSQL,
+/// required with `MCP_PG=require`), and the whole suite again on PostgreSQL.
+mod replicas;
+
 mod gateway {
     mod auth;
     mod passthrough;

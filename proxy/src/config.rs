@@ -160,6 +160,9 @@ fn default_timeout() -> u64 {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     path: Option<PathBuf>,
+    url: Option<String>,
+    url_env: Option<String>,
+    schema: Option<String>,
 }
 
 // No Debug: holds inline secrets. Names are checked against `KEY_NAMES`.
@@ -372,11 +375,34 @@ impl GitHubConfig {
     }
 }
 
-/// Where the embedded store lives.
-#[derive(Debug, Clone)]
-pub struct StoreConfig {
-    /// sled directory.
-    pub path: PathBuf,
+/// Which store, and where.
+#[derive(Clone)]
+pub enum StoreConfig {
+    /// The embedded default: a sled directory (one process).
+    Sled {
+        /// Directory.
+        path: PathBuf,
+    },
+    /// PostgreSQL, shared by several replicas.
+    Postgres {
+        /// Connection URL (may carry a password: never printed).
+        url: String,
+        /// Schema to use (created if missing); `None`: the server's default search path.
+        schema: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreConfig::Sled { path } => f.debug_struct("Sled").field("path", path).finish(),
+            StoreConfig::Postgres { schema, .. } => f
+                .debug_struct("Postgres")
+                .field("url", &"[redacted]")
+                .field("schema", schema)
+                .finish(),
+        }
+    }
 }
 
 /// The keys' names, one per purpose.
@@ -738,10 +764,48 @@ impl Config {
             }
         };
 
-        let store = match &raw.store.path {
-            Some(p) => Some(StoreConfig { path: p.clone() }),
-            None => {
-                errs.push("store.path: required (the sled directory)".to_owned());
+        let pg_url = match (&raw.store.url, &raw.store.url_env) {
+            (Some(u), None) => Some(u.clone()),
+            (None, Some(var)) => match env.var(var) {
+                Some(u) => Some(u),
+                None => {
+                    errs.push(format!(
+                        "store.url_env: environment variable {var} is not set"
+                    ));
+                    None
+                }
+            },
+            (Some(_), Some(_)) => {
+                errs.push("store: give url or url_env, not both".to_owned());
+                None
+            }
+            (None, None) => None,
+        };
+        let store = match (&raw.store.path, pg_url) {
+            (Some(p), None) => Some(StoreConfig::Sled { path: p.clone() }),
+            (None, Some(url)) => {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    errs.push("store.url: must start with postgres:// or postgresql://".to_owned());
+                }
+                if raw.keys.is_none() {
+                    errs.push(
+                        "[keys]: required with store.url (every replica must use the same keys)"
+                            .to_owned(),
+                    );
+                }
+                Some(StoreConfig::Postgres {
+                    url,
+                    schema: raw.store.schema.clone(),
+                })
+            }
+            (Some(_), Some(_)) => {
+                errs.push("store: give path (sled) or url (PostgreSQL), not both".to_owned());
+                None
+            }
+            (None, None) => {
+                errs.push(
+                    "store.path (sled directory) or store.url (PostgreSQL) is required".to_owned(),
+                );
                 None
             }
         };
@@ -1006,6 +1070,42 @@ code_ttl_secs = 5
         );
         let e = Config::from_toml(&text, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("one key, one purpose"), "{e}");
+    }
+
+    #[test]
+    fn postgres_store_needs_shared_keys_and_excludes_sled() {
+        let pg = MINIMAL.replace("path = \"/tmp/x\"", "url = \"postgres://u@db.example/mcp\"");
+        let e = Config::from_toml(&pg, &HashMap::new()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("every replica must use the same keys"),
+            "{e}"
+        );
+        let both = MINIMAL.replace(
+            "path = \"/tmp/x\"",
+            "path = \"/tmp/x\"\nurl = \"postgres://u@db/x\"",
+        );
+        assert!(
+            Config::from_toml(&both, &HashMap::new())
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
+        let k = |b: u8| crypto::b64(&[b; 32]);
+        let with_keys = format!(
+            "{pg}\n[keys]\nconsent_cookie = \"{}\"\ncsrf = \"{}\"\ntoken_encryption = \"{}\"\nconnect_link = \"{}\"\nrequest_state = \"{}\"\n",
+            k(1),
+            k(2),
+            k(3),
+            k(4),
+            k(5)
+        );
+        let c = Config::from_toml(&with_keys, &HashMap::new()).unwrap();
+        assert!(matches!(c.store, StoreConfig::Postgres { .. }));
+        assert!(
+            !format!("{c:?}").contains("db.example"),
+            "the URL (it may hold a password) is not printed"
+        );
     }
 
     #[test]

@@ -40,6 +40,12 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Apply the PostgreSQL schema migrations and exit (they also run at every start).
+    StoreMigrate {
+        /// Path to the TOML configuration.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Run the offline demo: fake GitHub, proxy, temporary store, all on loopback.
     Demo {
         /// Where the proxy listens.
@@ -65,15 +71,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Configuration first: every error is reported before anything starts.
     let config = match &cli.command {
-        Command::Serve { config } | Command::CheckConfig { config } => {
-            match Config::load(config, &ProcessEnv) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(EXIT_CONFIG);
-                }
+        Command::Serve { config }
+        | Command::CheckConfig { config }
+        | Command::StoreMigrate { config } => match Config::load(config, &ProcessEnv) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(EXIT_CONFIG);
             }
-        }
+        },
         Command::Demo { .. } => None,
     };
     if let Command::CheckConfig { .. } = cli.command {
@@ -94,6 +100,13 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match (cli.command, config) {
             (Command::Serve { .. }, Some(config)) => run::serve(config).await,
+            (Command::StoreMigrate { .. }, Some(config)) => {
+                let clock: mcp_oauth_proxy::clock::SharedClock =
+                    std::sync::Arc::new(mcp_oauth_proxy::clock::SystemClock);
+                run::connect_postgres(&config.store, clock)
+                    .await
+                    .map(|_| println!("schema is up to date"))
+            }
             (Command::Demo { listen }, _) => demo::run(demo::DemoOptions { listen }).await,
             _ => Ok(()),
         }

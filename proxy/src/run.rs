@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::app::App;
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::{Config, Keys};
-use crate::store::{SharedStore, SledStore};
+use crate::config::{Config, Keys, StoreConfig};
+use crate::store::{PgStore, SharedStore, SledStore};
 
 /// How often expired records are swept.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
@@ -42,19 +42,49 @@ pub enum StartError {
 }
 
 /// Opens the store and loads keys, and builds the application; binds nothing.
-pub fn prepare(config: Config, clock: SharedClock) -> Result<App, StartError> {
+pub async fn prepare(config: Config, clock: SharedClock) -> Result<App, StartError> {
     crate::install_crypto_provider();
-    let keys = match &config.keys {
-        Some(k) => k.clone(),
-        None => Keys::load_or_generate(&config.store.path).map_err(StartError::Keys)?,
+    let (keys, store): (Keys, SharedStore) = match &config.store {
+        StoreConfig::Sled { path } => {
+            let keys = match &config.keys {
+                Some(k) => k.clone(),
+                None => Keys::load_or_generate(path).map_err(StartError::Keys)?,
+            };
+            let store = SledStore::open(path, clock.clone()).map_err(|e| StartError::Store {
+                path: path.display().to_string(),
+                error: e.to_string(),
+            })?;
+            (keys, Arc::new(store))
+        }
+        StoreConfig::Postgres { .. } => {
+            let keys = config
+                .keys
+                .clone()
+                .ok_or_else(|| StartError::Keys("[keys] is required with store.url".to_owned()))?;
+            (keys, connect_postgres(&config.store, clock.clone()).await?)
+        }
     };
-    let store: SharedStore = Arc::new(SledStore::open(&config.store.path, clock.clone()).map_err(
-        |e| StartError::Store {
-            path: config.store.path.display().to_string(),
-            error: e.to_string(),
-        },
-    )?);
     App::new(config, keys, store, clock).map_err(|e| StartError::GitHub(e.to_string()))
+}
+
+/// Connects to PostgreSQL and applies migrations.
+pub async fn connect_postgres(
+    store: &StoreConfig,
+    clock: SharedClock,
+) -> Result<SharedStore, StartError> {
+    let StoreConfig::Postgres { url, schema } = store else {
+        return Err(StartError::Store {
+            path: "store".to_owned(),
+            error: "not a PostgreSQL store".to_owned(),
+        });
+    };
+    let pg = PgStore::connect(url, schema.as_deref(), clock)
+        .await
+        .map_err(|e| StartError::Store {
+            path: "store.url".to_owned(),
+            error: e.to_string(),
+        })?;
+    Ok(Arc::new(pg))
 }
 
 /// Spawns the background sweeper of expired records.
@@ -96,7 +126,7 @@ pub async fn serve_on(
 /// `serve`: the production entry point.
 pub async fn serve(config: Config) -> Result<(), StartError> {
     let addr = config.listen;
-    let app = prepare(config, Arc::new(SystemClock))?;
+    let app = prepare(config, Arc::new(SystemClock)).await?;
     serve_on(addr, app, shutdown_signal()).await
 }
 

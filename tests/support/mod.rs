@@ -22,8 +22,12 @@ pub use client::{Client, Pkce};
 
 /// A running proxy and its fake GitHub.
 pub struct TestProxy {
-    /// `http://127.0.0.1:PORT`
+    /// The public URL (the issuer): this proxy's own address, or the first replica's.
     pub base: String,
+    /// This process's own address (differs from `base` for a replica).
+    pub own_base: String,
+    /// What another replica of this proxy needs.
+    pub replica: Replica,
     /// The proxy's application state (to inspect the store and audit trail).
     pub app: App,
     /// The proxy's clock.
@@ -48,6 +52,61 @@ pub struct Options {
     pub backend_toml: String,
     /// The backend uses token exchange (`auth = "exchange"`) instead of the GitHub token.
     pub exchange: bool,
+    /// Run as another replica of this proxy: same PostgreSQL schema, keys, fake GitHub and
+    /// public URL (a load balancer's address), its own listener.
+    pub replica_of: Option<Replica>,
+    /// Use PostgreSQL (a fresh schema) even without `MCP_TEST_STORE=postgres`.
+    pub postgres: bool,
+}
+
+/// What replicas of one proxy share.
+#[derive(Clone)]
+pub struct Replica {
+    github: FakeGitHub,
+    keys: Keys,
+    schema: String,
+    public_url: String,
+}
+
+/// The PostgreSQL server the tests use.
+pub fn pg_url() -> String {
+    std::env::var("MCP_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// Whether tests should run on PostgreSQL.
+pub fn postgres_selected() -> bool {
+    std::env::var("MCP_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+/// Whether PostgreSQL is reachable; panics if it is required (`MCP_PG=require`) and is not.
+pub async fn postgres_available() -> bool {
+    let ok = tokio_postgres_probe().await;
+    if !ok && std::env::var("MCP_PG").as_deref() == Ok("require") {
+        panic!(
+            "PostgreSQL at {} is required (MCP_PG=require) but not reachable",
+            pg_url()
+        );
+    }
+    if !ok {
+        eprintln!("NOTICE: PostgreSQL at {} not reachable; skipping", pg_url());
+    }
+    ok
+}
+
+async fn tokio_postgres_probe() -> bool {
+    let clock = ManualClock::new(SystemClock.now());
+    mcp_oauth_proxy::store::PgStore::connect(&pg_url(), Some("probe"), clock)
+        .await
+        .is_ok()
+}
+
+fn fresh_schema() -> String {
+    let r = mcp_oauth_proxy::crypto::random_bytes::<9>().unwrap();
+    format!(
+        "it_{}",
+        r.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    )
 }
 
 /// The exchange-mode backend's credentials at the proxy.
@@ -65,17 +124,26 @@ impl TestProxy {
     pub async fn start_with(opts: Options) -> TestProxy {
         logs::init();
         mcp_oauth_proxy::install_crypto_provider();
-        let github = FakeGitHub::start(FakeGitHubConfig::demo(
-            "gh-client-id",
-            "gh-client-secret",
-            "http://127.0.0.1:1/unset",
-        ))
-        .await
-        .unwrap();
+        let github = match &opts.replica_of {
+            Some(r) => r.github.clone(),
+            None => FakeGitHub::start(FakeGitHubConfig::demo(
+                "gh-client-id",
+                "gh-client-secret",
+                "http://127.0.0.1:1/unset",
+            ))
+            .await
+            .unwrap(),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let base = format!("http://{addr}");
-        github.set_callback_url(&format!("{base}/callback/github"));
+        let own_base = format!("http://{addr}");
+        let base = opts
+            .replica_of
+            .as_ref()
+            .map_or_else(|| own_base.clone(), |r| r.public_url.clone());
+        if opts.replica_of.is_none() {
+            github.set_callback_url(&format!("{base}/callback/github"));
+        }
         let backend = if opts.backend || opts.exchange {
             let cfg = BackendConfig {
                 github_api_url: github.api_url(),
@@ -136,8 +204,31 @@ path = "/nonexistent-tests-use-a-temporary-store"
         let config = Config::from_toml(&toml, &std::collections::HashMap::new()).unwrap();
         // The fake GitHub keeps real time; start the proxy's clock there and move it by hand.
         let clock = ManualClock::new(SystemClock.now());
-        let store: SharedStore = Arc::new(SledStore::temporary(clock.clone()).unwrap());
-        let app = App::new(config, Keys::generate().unwrap(), store, clock.clone()).unwrap();
+        let use_pg = opts.postgres || opts.replica_of.is_some() || postgres_selected();
+        let schema = opts
+            .replica_of
+            .as_ref()
+            .map_or_else(fresh_schema, |r| r.schema.clone());
+        let store: SharedStore = if use_pg {
+            Arc::new(
+                mcp_oauth_proxy::store::PgStore::connect(&pg_url(), Some(&schema), clock.clone())
+                    .await
+                    .unwrap(),
+            )
+        } else {
+            Arc::new(SledStore::temporary(clock.clone()).unwrap())
+        };
+        let keys = opts
+            .replica_of
+            .as_ref()
+            .map_or_else(|| Keys::generate().unwrap(), |r| r.keys.clone());
+        let replica = Replica {
+            github: github.clone(),
+            keys: keys.clone(),
+            schema,
+            public_url: base.clone(),
+        };
+        let app = App::new(config, keys, store, clock.clone()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let serving = app.clone();
         tokio::spawn(async move {
@@ -148,6 +239,8 @@ path = "/nonexistent-tests-use-a-temporary-store"
             .unwrap();
         });
         TestProxy {
+            own_base,
+            replica,
             base,
             app,
             clock,
@@ -160,6 +253,20 @@ path = "/nonexistent-tests-use-a-temporary-store"
     /// The backend (panics if the proxy was started without one).
     pub fn backend(&self) -> &DemoBackend {
         self.backend.as_ref().expect("started with a backend")
+    }
+
+    /// This process's own address + path (for talking to one replica specifically).
+    pub fn own_url(&self, path: &str) -> String {
+        format!("{}{path}", self.own_base)
+    }
+
+    /// Starts another replica of this proxy (same database, keys, GitHub and public URL).
+    pub async fn replica(&self) -> TestProxy {
+        TestProxy::start_with(Options {
+            replica_of: Some(self.replica.clone()),
+            ..Options::default()
+        })
+        .await
     }
 
     /// `base + path`.

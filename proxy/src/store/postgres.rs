@@ -150,18 +150,20 @@ impl PgStore {
         Ok(store)
     }
 
-    /// Applies pending migrations; returns how many were applied.
+    /// Applies pending migrations; returns how many were applied. Everything, including
+    /// creating the schema, happens under one advisory lock: `CREATE … IF NOT EXISTS` is not
+    /// safe against itself when replicas (or tests) start at the same moment.
     pub async fn migrate(&self, schema: Option<&str>) -> Result<usize, StoreError> {
         let mut conn = self.pool.get().await.map_err(backend)?;
-        if let Some(s) = schema {
-            conn.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {s}"))
-                .await
-                .map_err(backend)?;
-        }
         let tx = conn.transaction().await.map_err(backend)?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await
             .map_err(backend)?;
+        if let Some(s) = schema {
+            tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {s}"))
+                .await
+                .map_err(backend)?;
+        }
         tx.batch_execute("CREATE TABLE IF NOT EXISTS mop_schema (version INT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
             .await
             .map_err(backend)?;

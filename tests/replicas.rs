@@ -1,0 +1,282 @@
+//! Several replicas behind a load balancer that is not sticky: any request may reach any
+//! replica, so everything that must be shared lives in PostgreSQL.
+
+use crate::support::client::approve;
+use crate::support::{
+    Browser, Client, Options, Pkce, TestProxy, postgres_available, postgres_selected, query_param,
+};
+use mcp_oauth_proxy::flows::access::{self, TokenRejection};
+
+/// Two replicas; `None` when PostgreSQL is not available (the test then passes with a
+/// notice, unless `MCP_PG=require`).
+async fn pair() -> Option<(TestProxy, TestProxy)> {
+    if !postgres_available().await {
+        return None;
+    }
+    let a = TestProxy::start_with(Options {
+        postgres: true,
+        ..Options::default()
+    })
+    .await;
+    let b = a.replica().await;
+    Some((a, b))
+}
+
+/// `url` (on the public address) rewritten to reach replica `to` directly.
+fn via(to: &TestProxy, url: &str) -> String {
+    url.replacen(&to.base, &to.own_base, 1)
+}
+
+#[tokio::test]
+async fn flow_started_on_one_replica_completes_on_another() {
+    let Some((a, b)) = pair().await else { return };
+    let client = Client::register(&a, "Repo Helper", "https://app.example/callback").await;
+    let browser = Browser::new();
+    let pkce = Pkce::new();
+    // /authorize and the consent page on A.
+    let page = browser
+        .navigate(&client.authorize_url(&a, &pkce, "s", &[]), "none")
+        .await;
+    assert_eq!(page.status, 200);
+    // The approval lands on B (the transaction lives in the database).
+    let txn = page.hidden("txn").unwrap();
+    let csrf = page.hidden("csrf").unwrap();
+    let r = browser
+        .post_form(
+            &b.own_url("/consent"),
+            &[("txn", &txn), ("csrf", &csrf), ("decision", "approve")],
+            &b.base,
+            "same-origin",
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let back = browser
+        .through_github(&r.location().unwrap(), "alice")
+        .await
+        .location()
+        .unwrap();
+    // GitHub's callback reaches A.
+    let cb = browser.navigate(&back, "cross-site").await;
+    assert_eq!(cb.status, 303, "{}", cb.body);
+    let code = query_param(&cb.location().unwrap(), "code").unwrap();
+    // The code is redeemed on B, refreshed on A.
+    let mut on_b = client.clone();
+    on_b.redirect_uri = client.redirect_uri.clone();
+    let t = crate::support::http()
+        .post(b.own_url("/token"))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("client_id", client.id.as_str()),
+            ("code", code.as_str()),
+            ("code_verifier", pkce.verifier.as_str()),
+            ("redirect_uri", client.redirect_uri.as_str()),
+            ("resource", a.url("/mcp").as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(t.status(), 200);
+    let t: serde_json::Value = t.json().await.unwrap();
+    let r = client
+        .refresh(&a, t["refresh_token"].as_str().unwrap(), &[])
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    assert!(
+        access::authenticate(&b.app, r.json["access_token"].as_str().unwrap())
+            .await
+            .unwrap()
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn same_code_redeemed_at_once_on_both_replicas_exactly_one_succeeds() {
+    let Some((a, b)) = pair().await else { return };
+    let client = Client::register(&a, "Repo Helper", "https://app.example/callback").await;
+    let pkce = Pkce::new();
+    let code = client.get_code(&a, &Browser::new(), "alice", &pkce).await;
+    let form = |code: String| {
+        vec![
+            ("grant_type".to_owned(), "authorization_code".to_owned()),
+            ("client_id".to_owned(), client.id.clone()),
+            ("code".to_owned(), code),
+            ("code_verifier".to_owned(), pkce.verifier.clone()),
+            ("redirect_uri".to_owned(), client.redirect_uri.clone()),
+        ]
+    };
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let url = if i % 2 == 0 {
+            a.own_url("/token")
+        } else {
+            b.own_url("/token")
+        };
+        let f = form(code.clone());
+        tasks.push(tokio::spawn(async move {
+            crate::support::http()
+                .post(url)
+                .form(&f)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => ok += 1,
+            400 => {}
+            s => panic!("unexpected {s}"),
+        }
+    }
+    assert_eq!(ok, 1);
+}
+
+#[tokio::test]
+async fn token_revoked_on_one_replica_is_rejected_on_the_other_at_once() {
+    let Some((a, b)) = pair().await else { return };
+    let client = Client::register(&a, "Repo Helper", "https://app.example/callback").await;
+    let t = client.tokens(&a, &Browser::new(), "alice").await;
+    let access = t.json["access_token"].as_str().unwrap();
+    assert!(access::authenticate(&b.app, access).await.unwrap().is_ok());
+    let status = crate::support::http()
+        .post(a.own_url("/revoke"))
+        .form(&[
+            ("client_id", client.id.as_str()),
+            ("token", t.json["refresh_token"].as_str().unwrap()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    assert_eq!(
+        access::authenticate(&b.app, access)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        TokenRejection::Revoked
+    );
+}
+
+#[tokio::test]
+async fn refresh_race_across_replicas_keeps_exactly_one_family_alive() {
+    let Some((a, b)) = pair().await else { return };
+    let client = Client::register(&a, "Repo Helper", "https://app.example/callback").await;
+    let t = client.tokens(&a, &Browser::new(), "alice").await;
+    let rt = t.json["refresh_token"].as_str().unwrap().to_owned();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let url = if i % 2 == 0 {
+            a.own_url("/token")
+        } else {
+            b.own_url("/token")
+        };
+        let f = vec![
+            ("grant_type", "refresh_token".to_owned()),
+            ("client_id", client.id.clone()),
+            ("refresh_token", rt.clone()),
+        ];
+        tasks.push(tokio::spawn(async move {
+            let r = crate::support::http()
+                .post(url)
+                .form(&f)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let j: serde_json::Value = r.json().await.unwrap();
+            (status, j)
+        }));
+    }
+    let mut issued = Vec::new();
+    for t in tasks {
+        let (status, j) = t.await.unwrap();
+        if status == 200 {
+            issued.push(j["refresh_token"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(!issued.is_empty() && issued.len() <= 4, "{}", issued.len());
+    // The family is alive: a token from the race still refreshes, on either replica.
+    assert_eq!(client.refresh(&b, &issued[0], &[]).await.status, 200);
+}
+
+#[tokio::test]
+async fn replica_killed_mid_flow_does_not_break_the_flow_on_the_other() {
+    let Some((a, b)) = pair().await else { return };
+    let client = Client::register(&a, "Repo Helper", "https://app.example/callback").await;
+    let browser = Browser::new();
+    let pkce = Pkce::new();
+    let page = browser
+        .navigate(&client.authorize_url(&a, &pkce, "s", &[]), "none")
+        .await;
+    let gh = approve(&a, &browser, &page).await;
+    drop(a); // the replica that served the consent page goes away
+    let back = browser
+        .through_github(&gh, "alice")
+        .await
+        .location()
+        .unwrap();
+    let cb = browser.navigate(&via(&b, &back), "cross-site").await;
+    assert_eq!(cb.status, 303, "{}", cb.body);
+    let code = query_param(&cb.location().unwrap(), "code").unwrap();
+    let t = crate::support::http()
+        .post(b.own_url("/token"))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("client_id", client.id.as_str()),
+            ("code", code.as_str()),
+            ("code_verifier", pkce.verifier.as_str()),
+            ("redirect_uri", client.redirect_uri.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(t.status(), 200);
+}
+
+/// The whole integration suite again, on PostgreSQL, in a child run of this same binary, so
+/// one test command proves both stores.
+#[tokio::test]
+async fn integration_suite_passes_on_postgres() {
+    if postgres_selected() || !postgres_available().await {
+        return; // we are the child run, or there is no PostgreSQL here
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(exe)
+            .args([
+                "--skip",
+                "integration_suite_passes_on_postgres",
+                "--skip",
+                "e2e::",
+                "--skip",
+                "replicas::",
+                "--test-threads",
+                "4",
+            ])
+            .env("MCP_TEST_STORE", "postgres")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("test result:"))
+        .unwrap_or("no summary");
+    eprintln!("integration suite on PostgreSQL: {summary}");
+    assert!(
+        out.status.success(),
+        "the suite failed on PostgreSQL:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        summary.contains(" passed") && !summary.contains(" 0 passed"),
+        "{summary}"
+    );
+}
