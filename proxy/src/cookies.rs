@@ -37,7 +37,9 @@ pub fn read(headers: &HeaderMap, name: &str) -> Option<String> {
     let mut found: Option<String> = None;
     for h in headers.get_all(http::header::COOKIE) {
         let Ok(s) = h.to_str() else { continue };
-        for c in cookie::Cookie::split_parse_encoded(s).flatten() {
+        // Raw names, never percent-decoded: browsers apply the `__Host-` rules to the raw name,
+        // so `__Host%2Dmcp-session` must not read as ours.
+        for c in cookie::Cookie::split_parse(s).flatten() {
             if c.name() == name {
                 if found.is_some() {
                     return None;

@@ -12,6 +12,8 @@ import { createServer } from 'node:http';
 import { dirname } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { chromium } from 'playwright-core';
 
 /** `--name value` pairs into an object; `required` names must be present. */
@@ -176,32 +178,42 @@ export async function screenshot(page, path) {
 }
 
 /**
- * Clicks `selector` and waits until the page has navigated away from its current URL and
- * loaded. Returns the main-frame response of the navigation that ended there, if any.
+ * Clicks `selector` (a CSS selector or a Playwright Locator) and waits until the page has
+ * navigated and loaded. By default "navigated" means the URL changed; with `{ sameUrl: true }`
+ * (a form that posts to its own URL and answers with a page, no redirect) it means a new main
+ * document was committed, whatever its URL.
  */
-export async function clickAndWait(page, selector, what) {
+export async function clickAndWait(page, selector, what, { sameUrl = false } = {}) {
     const before = page.url();
-    const button = page.locator(selector);
-    check((await button.count()) === 1, `exactly one ${selector} on ${what} (${before})`);
+    const button = typeof selector === 'string' ? page.locator(selector) : selector;
+    const shown = typeof selector === 'string' ? selector : String(selector);
+    check((await button.count()) === 1, `exactly one ${shown} on ${what} (${before})`);
     // The provenance headers Chromium sends with a form POST decide whether a server takes it
     // as its own page's: log them (a refusal of our own form is otherwise hard to explain).
     const posts = [];
-    const onRequest = async request => {
+    const onRequest = request => {
         if (request.method() === 'POST' && request.isNavigationRequest()) {
-            const h = await request.allHeaders().catch(() => ({}));
-            posts.push(`POST ${redact(request.url())} origin=${h.origin ?? '(none)'} sec-fetch-site=${h['sec-fetch-site'] ?? '(none)'}`);
+            // Kept as promises and awaited before the log line (the headers come asynchronously).
+            posts.push(
+                request
+                    .allHeaders()
+                    .catch(() => ({}))
+                    .then(h => `POST ${redact(request.url())} origin=${h.origin ?? '(none)'} sec-fetch-site=${h['sec-fetch-site'] ?? '(none)'}`)
+            );
         }
     };
     page.on('request', onRequest);
     try {
-        await Promise.all([
-            page.waitForURL(url => url.href !== before, { timeout: 20_000, waitUntil: 'load' }),
-            button.click({ timeout: 10_000 })
-        ]);
+        const navigated = sameUrl
+            ? page
+                  .waitForEvent('framenavigated', { predicate: frame => frame === page.mainFrame(), timeout: 20_000 })
+                  .then(() => page.waitForLoadState('load', { timeout: 20_000 }))
+            : page.waitForURL(url => url.href !== before, { timeout: 20_000, waitUntil: 'load' });
+        await Promise.all([navigated, button.click({ timeout: 10_000 })]);
     } finally {
         page.off('request', onRequest);
     }
-    log(`clicked ${selector} on ${what}; ${posts.join('; ')}; now at ${redact(page.url())} "${await page.title()}"`);
+    log(`clicked ${shown} on ${what}; ${(await Promise.all(posts)).join('; ')}; now at ${redact(page.url())} "${await page.title()}"`);
 }
 
 /** A URL with its query values elided (codes and states are not for logs). */
@@ -239,4 +251,222 @@ export function cookieAttributes(cookie) {
     if (!cookie) return null;
     const { name, domain, path, secure, httpOnly, sameSite, expires } = cookie;
     return { name, domain, path, secure, httpOnly, sameSite, session: expires === -1 };
+}
+
+/** The text parts of an MCP tool result, joined. */
+export function textOf(result) {
+    return (result?.content ?? [])
+        .filter(c => c.type === 'text')
+        .map(c => c.text)
+        .join('\n');
+}
+
+/**
+ * The SDK's `OAuthClientProvider`, in memory (like the SDK's own `InMemoryOAuthClientProvider`
+ * example): it stores exactly what the SDK hands it. `redirectToAuthorization` starts
+ * `openInBrowser(url)` (the person's part, in Chromium) and keeps its promise in `browserFlow`.
+ */
+export class BrowserOAuthProvider {
+    constructor(redirectUrl, openInBrowser, { clientName = 'SDK e2e' } = {}) {
+        this._redirectUrl = redirectUrl;
+        this._openInBrowser = openInBrowser;
+        this._clientName = clientName;
+        this._state = undefined;
+        this.savedTokens = [];
+        this.savedClients = [];
+        this.authorizationUrls = [];
+    }
+    get redirectUrl() {
+        return this._redirectUrl;
+    }
+    get clientMetadata() {
+        return {
+            client_name: this._clientName,
+            redirect_uris: [this._redirectUrl],
+            grant_types: ['authorization_code', 'refresh_token'],
+            response_types: ['code'],
+            token_endpoint_auth_method: 'none'
+        };
+    }
+    state() {
+        this._state = randomState();
+        return this._state;
+    }
+    clientInformation() {
+        return this._clientInformation;
+    }
+    saveClientInformation(info) {
+        this.savedClients.push(info.client_id);
+        this._clientInformation = info;
+    }
+    tokens() {
+        return this._tokens;
+    }
+    saveTokens(tokens) {
+        this.savedTokens.push(tokens);
+        this._tokens = tokens;
+    }
+    redirectToAuthorization(url) {
+        this.authorizationUrls.push(url.href);
+        // Not awaited: the SDK throws UnauthorizedError right after this, and the caller waits
+        // for the redirect to reach the callback server (as in the SDK's example).
+        this.browserFlow = this._openInBrowser(url);
+        this.browserFlow.catch(() => {});
+    }
+    saveCodeVerifier(verifier) {
+        this._codeVerifier = verifier;
+    }
+    codeVerifier() {
+        if (!this._codeVerifier) {
+            throw new Error('No code verifier saved');
+        }
+        return this._codeVerifier;
+    }
+}
+
+/**
+ * The person's part of an MCP client's authorization, in Chromium: the proxy's consent page
+ * (which must name `clientName`; screenshot to `screenshotPath` when given) → Approve → the fake
+ * GitHub's account picker (`login`) → GitHub's own consent the first time → the client's
+ * `redirectUri`. On failure the page text is logged. Returns what the consent page showed.
+ */
+export async function approveAuthorizationIn(page, authorizationUrl, { login, clientName, redirectUri, screenshotPath }) {
+    try {
+        const consent = await page.goto(String(authorizationUrl), { waitUntil: 'load' });
+        check(consent.status() === 200, `consent page answered ${consent.status()}`);
+        const title = await page.title();
+        check(title.startsWith('Review access request'), `proxy consent page expected, got title ${JSON.stringify(title)}`);
+        const shownName = (await page.locator('.client-name .name').textContent())?.trim();
+        check(shownName === clientName, `consent page names the client (got ${JSON.stringify(shownName)})`);
+        if (screenshotPath) {
+            await screenshot(page, screenshotPath);
+        }
+        await clickAndWait(page, 'button[name="decision"][value="approve"]', 'the proxy consent page');
+
+        const pickerTitle = await page.title();
+        check(pickerTitle.startsWith('Sign in to GitHub'), `GitHub account picker expected, got ${JSON.stringify(pickerTitle)}`);
+        await clickAndWait(page, `button[name="login"][value="${login}"]`, "the fake GitHub's account picker");
+
+        // GitHub's own consent screen, shown the first time this account authorizes the app.
+        if ((await page.title()) === 'Authorize application') {
+            await clickAndWait(page, 'button[name="decision"][value="approve"]', "GitHub's consent page");
+        }
+        check(
+            page.url().startsWith(redirectUri),
+            `browser should end at the client's redirect URI, is at ${redact(page.url())}`
+        );
+        return { consentTitle: title, clientName: shownName };
+    } catch (err) {
+        await logPageText(page, 'when it failed');
+        throw err;
+    }
+}
+
+/** Logs where `page` is and its text (for a failure's context). */
+export async function logPageText(page, when) {
+    const body = await page.locator('body').innerText().catch(() => '(no page text)');
+    log(`browser at ${redact(page.url())} ${when}; page text:\n${body}`);
+}
+
+/**
+ * The SDK's own authorization, as in its example `simpleOAuthClient`: `client.connect` gets 401,
+ * discovers, registers and calls `provider.redirectToAuthorization` (the person approves in the
+ * browser); the redirect reaches `callback`; `transport.finishAuth(code)` redeems it; a new
+ * transport connects (`initialize`). `fetch` is handed to both transports. Returns the connected
+ * transport, the authorization URL, the callback's parameters and what the browser part returned.
+ */
+export async function connectAuthorizingInBrowser({ client, mcpUrl, provider, callback, fetch }) {
+    // 1. No token yet: the SDK gets 401, discovers, registers, and redirects the person.
+    const first = new StreamableHTTPClientTransport(mcpUrl, { authProvider: provider, fetch });
+    let unauthorized = false;
+    try {
+        await client.connect(first);
+    } catch (err) {
+        if (!(err instanceof UnauthorizedError)) {
+            throw err;
+        }
+        unauthorized = true;
+    }
+    check(unauthorized, 'the first connect must need authorization');
+    check(provider.authorizationUrls.length === 1, 'the SDK redirected to the authorization endpoint once');
+    const authorizationUrl = new URL(provider.authorizationUrls[0]);
+    log('authorization URL:', redact(authorizationUrl.href));
+
+    // The browser flow failing (a check, a page that did not come) ends the wait at once.
+    const browserResult = await withTimeout(provider.browserFlow, 60_000, 'the person to finish in the browser');
+    const params = await withTimeout(callback.callback, 10_000, 'the redirect to the callback server');
+    check(typeof params.code === 'string' && params.code.length > 0, 'callback has a code');
+    check(params.state === provider._state, 'callback state matches the one the SDK sent');
+    const expectedIssuer = mcpUrl.origin;
+    check(params.iss === expectedIssuer, `callback iss ${params.iss} equals the issuer ${expectedIssuer}`);
+
+    // 2. Exchange the code (SDK), reconnect with a new transport as in the SDK's example.
+    await first.finishAuth(params.code);
+    check(provider.savedTokens.length === 1, 'finishAuth saved tokens');
+    const transport = new StreamableHTTPClientTransport(mcpUrl, { authProvider: provider, fetch });
+    await client.connect(transport);
+    log('connected to', JSON.stringify(client.getServerVersion()), 'protocol', transport.protocolVersion ?? '?');
+    return { transport, authorizationUrl, params, browserResult };
+}
+
+/**
+ * A `fetch` for the SDK's transport that records each request into `httpLog` (never a header
+ * value, token or secret) and passes it on: method, path, status; for `/token` the grant type,
+ * `resource` and whether a PKCE verifier was sent; for `/register` the client name; for a 401 the
+ * `WWW-Authenticate` error and `resource_metadata`; for a JSON-RPC POST its method (and, for
+ * `initialize`, the declared capabilities and protocol version), and for a JSON answer its
+ * JSON-RPC error code.
+ */
+export function recordingFetchInto(httpLog) {
+    return async function recordingFetch(input, init) {
+        const url = new URL(input instanceof Request ? input.url : String(input));
+        const method = init?.method ?? (input instanceof Request ? input.method : 'GET');
+        const entry = { method, path: url.pathname };
+        if (url.pathname === '/token' && init?.body instanceof URLSearchParams) {
+            entry.grant_type = init.body.get('grant_type');
+            entry.resource = init.body.get('resource');
+            entry.has_code_verifier = init.body.has('code_verifier');
+        }
+        if (url.pathname === '/register' && typeof init?.body === 'string') {
+            entry.client_name = JSON.parse(init.body).client_name;
+        }
+        if (method === 'POST' && url.pathname !== '/register' && typeof init?.body === 'string') {
+            const rpc = jsonOrNull(init.body);
+            if (rpc && !Array.isArray(rpc) && typeof rpc.method === 'string') {
+                entry.rpc_method = rpc.method;
+                if (rpc.method === 'initialize') {
+                    entry.capabilities = rpc.params?.capabilities ?? null;
+                    entry.protocol_version = rpc.params?.protocolVersion ?? null;
+                }
+                if (rpc.method === 'tools/call') {
+                    entry.tool = rpc.params?.name ?? null;
+                }
+            }
+        }
+        const response = await fetch(input, init);
+        entry.status = response.status;
+        if (response.status === 401) {
+            const www = response.headers.get('www-authenticate') ?? '';
+            entry.www_authenticate_error = /error="([^"]*)"/.exec(www)?.[1] ?? null;
+            entry.resource_metadata = /resource_metadata="([^"]*)"/.exec(www)?.[1] ?? null;
+        }
+        if (entry.rpc_method && (response.headers.get('content-type') ?? '').startsWith('application/json')) {
+            // A JSON answer is complete and small: read a copy (an SSE stream is left alone).
+            const answer = jsonOrNull(await response.clone().text());
+            if (answer && !Array.isArray(answer) && answer.jsonrpc === '2.0' && answer.error) {
+                entry.rpc_error_code = answer.error.code ?? null;
+            }
+        }
+        httpLog.push(entry);
+        log(`sdk http: ${method} ${url.pathname}${entry.rpc_method ? ` ${entry.rpc_method}` : ''} → ${response.status}${entry.rpc_error_code ? ` (JSON-RPC error ${entry.rpc_error_code})` : ''}`);
+        return response;
+    };
+}
+
+function jsonOrNull(text) {
+    try {
+        return JSON.parse(text);
+    } catch {
+        return null;
+    }
 }

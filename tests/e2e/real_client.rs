@@ -1,14 +1,15 @@
 //! Real clients against a real proxy: the official MCP TypeScript SDK (npm, unmodified) runs the
-//! whole OAuth flow and calls a tool, and Debian's headless Chromium (driven by playwright-core)
-//! checks the consent page, its cookies, framing and a cross-site POST. The Node scripts live
-//! beside this file (`tests/e2e/*.mjs`); each prints one JSON line that is checked here, together
-//! with what the proxy, the fake GitHub and the demo backend saw.
+//! whole OAuth flow and calls a tool (and, refused with a connect link as a URL elicitation,
+//! retries after the person completed the link), and Debian's headless Chromium (driven by
+//! playwright-core) checks the consent page, its cookies, framing and a cross-site POST. The Node
+//! scripts live beside this file (`tests/e2e/*.mjs`); each prints one JSON line that is checked
+//! here, together with what the proxy, the fake GitHub and the demo backend saw.
 //!
 //! Prerequisites: `node`, `tests/e2e/node_modules` (`npm ci` in `tests/e2e`) and
 //! `/usr/bin/chromium` (Debian's `chromium`; `MCP_E2E_CHROMIUM` overrides the path). When one is
 //! missing the tests print a notice and pass, so a machine with only Rust still passes
 //! `cargo test`; with `MCP_E2E=require` (as in CI, which installs them) they fail instead.
-//! Screenshots of the consent page go to `target/e2e/`.
+//! Screenshots of the consent and connect-link pages go to `target/e2e/`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -225,7 +226,7 @@ fn assert_png(path: &Path) {
     );
 }
 
-/// The stored audit events as JSON, in order.
+/// The stored audit events as JSON, in the store's key order (not the order they happened).
 async fn audit(proxy: &TestProxy) -> Vec<Value> {
     proxy
         .app
@@ -502,4 +503,147 @@ async fn consent_page_cookies_framing_and_cross_site_post_in_chromium() {
         proxy.github.violations()
     );
     assert_png(&shot);
+}
+
+/// The requirement for connect links: with the official MCP TypeScript SDK client
+/// (declaring URL-mode elicitation), a `tools/call` the person's agent may not make is answered
+/// with the URL elicitation (`-32042`), the person completes the link in Chromium (same browser,
+/// signed in by the authorization), and the SDK's retried call succeeds. The refused call never
+/// reaches the backend; only the retry carries the person's GitHub token there.
+#[tokio::test]
+async fn official_sdk_client_gets_url_elicitation_and_succeeds_after_the_link() {
+    if !prerequisites_present(
+        "official_sdk_client_gets_url_elicitation_and_succeeds_after_the_link",
+    ) {
+        return;
+    }
+    let proxy = TestProxy::start_with(Options {
+        backend: true,
+        ..Default::default()
+    })
+    .await;
+    let mcp_url = proxy.url("/mcp");
+    let shot = artifact("connect-link.png");
+    let done_shot = artifact("connect-link-done.png");
+    let shot_arg = shot.to_string_lossy().into_owned();
+    let done_shot_arg = done_shot.to_string_lossy().into_owned();
+    let run = run_node(
+        "sdk_connect_link.mjs",
+        &[
+            "--mcp-url",
+            &mcp_url,
+            "--screenshot",
+            &shot_arg,
+            "--done-screenshot",
+            &done_shot_arg,
+            "--login",
+            "alice",
+        ],
+    )
+    .await;
+    let r = run.assert_ok("sdk_connect_link.mjs");
+    let client_id = r["client_id"].as_str().unwrap();
+    let client_name = r["client_name"].as_str().unwrap();
+
+    // What the SDK declared and what it raised.
+    assert!(
+        r["declared_capabilities"]["elicitation"]["url"].is_object(),
+        "{}",
+        r["declared_capabilities"]
+    );
+    assert_eq!(r["protocol_version"], "2025-11-25");
+    assert_eq!(r["account"]["redirected_to"], "/account?notice=withdrawn");
+    let e = &r["elicitation"];
+    assert_eq!(e["error_class"], "UrlElicitationRequiredError", "{e}");
+    assert_eq!(e["code"], -32042);
+    assert_eq!(e["count"], 1);
+    assert_eq!(e["mode"], "url");
+    let link_url = e["url"].as_str().unwrap();
+    assert!(link_url.starts_with(&proxy.url("/connect/")), "{link_url}");
+    assert!(
+        e["text"].as_str().unwrap().contains(client_name),
+        "the message names the agent: {e}"
+    );
+    let link_id = e["elicitation_id"].as_str().unwrap();
+
+    // The page behind the link, and after Allow.
+    let link = &r["link"];
+    assert_eq!(link["status"], 200);
+    assert_eq!(link["approve_label"], "Allow");
+    assert_eq!(link["agent_shown"], client_name);
+    assert!(
+        link["done_text"]
+            .as_str()
+            .unwrap()
+            .contains("Go back to your agent"),
+        "{link}"
+    );
+    assert_eq!(link["done_url_is_link"], true);
+    let who = r["whoami_after"].as_str().unwrap();
+    assert!(who.contains("You are alice on GitHub"), "{who}");
+
+    // The proxy's side: the withdrawal, the link made for exactly this refusal (its id is the
+    // elicitationId), and its completion.
+    let events = audit(&proxy).await;
+    let one = |name: &str| {
+        let found: Vec<&Value> = events.iter().filter(|e| e["event"] == name).collect();
+        assert_eq!(found.len(), 1, "{name}: {events:?}");
+        found[0]
+    };
+    let withdrawn = one("allowance_withdrawn");
+    assert_eq!(withdrawn["client_id"], client_id, "{withdrawn}");
+    let created = one("connect_link_created");
+    assert_eq!(created["link_id"], link_id, "{created}");
+    assert_eq!(created["client_id"], client_id, "{created}");
+    assert_eq!(created["kind"], "allow", "{created}");
+    let completed = one("connect_link_completed");
+    assert_eq!(completed["link_id"], link_id, "{completed}");
+    assert_eq!(completed["client_id"], client_id, "{completed}");
+    assert_eq!(created["user_id"], completed["user_id"]);
+    let whoami_calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "upstream_action" && e["tool"] == "whoami")
+        .collect();
+    assert_eq!(
+        whoami_calls.len(),
+        1,
+        "only the retry went upstream: {events:?}"
+    );
+    assert_eq!(whoami_calls[0]["outcome"], "ok", "{whoami_calls:?}");
+
+    // The backend: the refused call never reached it; the retry did, with alice's GitHub token
+    // (and no request ever carried a proxy token).
+    let gh_tokens = proxy.github.issued_access_tokens("alice");
+    assert_eq!(gh_tokens.len(), 1);
+    let github_bearer = format!("Bearer {}", gh_tokens[0]);
+    let backend = proxy.backend().requests();
+    let whoami_requests: Vec<_> = backend
+        .iter()
+        .filter(|req| {
+            serde_json::from_str::<Value>(&req.body)
+                .is_ok_and(|b| b["method"] == "tools/call" && b["params"]["name"] == "whoami")
+        })
+        .collect();
+    assert_eq!(
+        whoami_requests.len(),
+        1,
+        "the backend got only the retried whoami: {backend:?}"
+    );
+    assert_eq!(
+        whoami_requests[0].header("authorization"),
+        Some(github_bearer.as_str())
+    );
+    for req in &backend {
+        assert_eq!(req.header("authorization"), Some(github_bearer.as_str()));
+        let all = format!("{:?}{}", req.headers, req.body);
+        assert!(!all.contains("mcpat_") && !all.contains("mcprt_"), "{all}");
+    }
+    assert!(
+        proxy.github.violations().is_empty(),
+        "{:?}",
+        proxy.github.violations()
+    );
+    assert!(!r.to_string().contains(&gh_tokens[0]));
+    assert_png(&shot);
+    assert_png(&done_shot);
 }

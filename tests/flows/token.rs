@@ -5,14 +5,14 @@ use mcp_oauth_proxy::flows::access::{self, TokenRejection};
 use mcp_oauth_proxy::store::Keyspace;
 
 #[tokio::test]
-async fn concurrent_redemptions_of_one_code_exactly_one_succeeds() {
+async fn sixty_four_concurrent_redemptions_of_one_code_exactly_one_succeeds() {
     let proxy = TestProxy::start().await;
     let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
     let pkce = Pkce::new();
     let code = c.get_code(&proxy, &Browser::new(), "alice", &pkce).await;
     let proxy = std::sync::Arc::new(proxy);
     let mut tasks = Vec::new();
-    for _ in 0..16 {
+    for _ in 0..64 {
         let (p, c, code, pkce) = (proxy.clone(), c.clone(), code.clone(), pkce.clone());
         tasks.push(tokio::spawn(async move {
             c.redeem(&p, &code, &pkce, &[]).await

@@ -32,21 +32,29 @@ pub fn check_resource(requested: Option<&str>, canonical: &str) -> Result<Audien
     if r == canonical {
         return Ok(Audience(canonical.to_owned()));
     }
-    let (Ok(req), Ok(can)) = (url::Url::parse(r), url::Url::parse(canonical)) else {
-        return Err(INVALID_TARGET);
+    // Only the case of scheme and host may differ. Compare text, not a parsed URL: a parser
+    // normalises ports, percent-escapes, backslashes and whitespace into "the same" origin.
+    let split = |s: &str| -> Option<(String, String)> {
+        let (scheme, rest) = s.split_once("://")?;
+        let end = rest.find('/').unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(end);
+        let plain = authority
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+        plain.then(|| {
+            (
+                format!(
+                    "{}://{}",
+                    scheme.to_ascii_lowercase(),
+                    authority.to_ascii_lowercase()
+                ),
+                path.to_owned(),
+            )
+        })
     };
-    // `Url` lowercases scheme and host; compare the remaining text byte for byte.
-    let split = |raw: &str| {
-        raw.find("://")
-            .map(|i| &raw[i + 3..])
-            .and_then(|rest| rest.find('/').map(|j| rest[j..].to_owned()))
-    };
-    let same_origin = req.origin() == can.origin();
-    let same_rest = split(r) == split(canonical) && split(r).is_some();
-    if same_origin && same_rest && !r.contains('#') && req.username().is_empty() {
-        Ok(Audience(canonical.to_owned()))
-    } else {
-        Err(INVALID_TARGET)
+    match (split(r), split(canonical)) {
+        (Some(a), Some(b)) if a == b => Ok(Audience(canonical.to_owned())),
+        _ => Err(INVALID_TARGET),
     }
 }
 

@@ -160,13 +160,12 @@ async fn grants(
                 let decision =
                     grant::decide(&fam, &presented, now, app.config.tokens.refresh_grace_secs);
                 match decision {
-                    RefreshDecision::Revoked
-                    | RefreshDecision::GraceExhausted
-                    | RefreshDecision::Unknown => {
+                    RefreshDecision::Revoked | RefreshDecision::Unknown => {
                         return Err(INVALID_GRANT.into());
                     }
                     RefreshDecision::Reuse => {
-                        let dead = grant::apply(&fam, decision, &presented, String::new(), now);
+                        let dead =
+                            grant::apply(&fam, decision, &presented, String::new(), None, now);
                         let v = Versioned {
                             value: encode(&dead)?,
                             expires_at: version.expires_at,
@@ -192,7 +191,7 @@ async fn grants(
                             .await?;
                         return Err(INVALID_GRANT.into());
                     }
-                    RefreshDecision::Rotate | RefreshDecision::GraceSibling => {
+                    RefreshDecision::Replay | RefreshDecision::Rotate => {
                         // The person may have revoked this client while the family lived.
                         if !consent_registry::exists_for_client(
                             app.store.as_ref(),
@@ -204,26 +203,42 @@ async fn grants(
                             revoke_family(app, &family_id).await?;
                             return Err(INVALID_GRANT.into());
                         }
-                        let new_refresh = grant::new_refresh_token(&family_id)?;
-                        let next =
-                            grant::apply(&fam, decision, &presented, new_refresh.hash(), now);
-                        let v = Versioned {
-                            value: encode(&next)?,
-                            expires_at: Some(family_expiry(app, fam.created_at, now)),
+                        let refresh = if decision == RefreshDecision::Replay {
+                            // The same next-generation token again: nothing is minted twice.
+                            let Some(sealed) = fam.replay.as_deref() else {
+                                return Err(INVALID_GRANT.into());
+                            };
+                            open_replay(app, &family_id, sealed)?
+                        } else {
+                            let new_refresh = grant::new_refresh_token(&family_id)?;
+                            let sealed = seal_replay(app, &family_id, &new_refresh)?;
+                            let next = grant::apply(
+                                &fam,
+                                decision,
+                                &presented,
+                                new_refresh.hash(),
+                                Some(sealed),
+                                now,
+                            );
+                            let v = Versioned {
+                                value: encode(&next)?,
+                                expires_at: Some(family_expiry(app, fam.created_at, now)),
+                            };
+                            if !app
+                                .store
+                                .compare_and_swap(
+                                    Keyspace::RefreshFamilies,
+                                    family_id.as_str(),
+                                    &version,
+                                    Some(v),
+                                )
+                                .await?
+                            {
+                                continue; // someone else rotated: read again (it may be our replay)
+                            }
+                            new_refresh
                         };
-                        if !app
-                            .store
-                            .compare_and_swap(
-                                Keyspace::RefreshFamilies,
-                                family_id.as_str(),
-                                &version,
-                                Some(v),
-                            )
-                            .await?
-                        {
-                            continue;
-                        }
-                        let (access, expires_in) = mint_access(app, &next, &scopes).await?;
+                        let (access, expires_in) = mint_access(app, &fam, &scopes).await?;
                         consent_registry::touch(
                             app.store.as_ref(),
                             now,
@@ -231,18 +246,20 @@ async fn grants(
                             &fam.client_id,
                         )
                         .await?;
-                        app.audit
-                            .record(AuditEvent::TokenRefreshed {
+                        audit_best_effort(
+                            app,
+                            AuditEvent::TokenRefreshed {
                                 client_id: client.client_id.clone(),
                                 family_id: family_id.clone(),
-                                grace: decision == RefreshDecision::GraceSibling,
-                            })
-                            .await?;
+                                grace: decision == RefreshDecision::Replay,
+                            },
+                        )
+                        .await;
                         return Ok(TokenResponse {
                             access_token: access,
                             token_type: "Bearer",
                             expires_in,
-                            refresh_token: Some(new_refresh.secret().to_owned()),
+                            refresh_token: Some(refresh.secret().to_owned()),
                             scope: scopes.to_wire(),
                         });
                     }
@@ -255,6 +272,39 @@ async fn grants(
             .into())
         }
     }
+}
+
+fn replay_aad(family: &FamilyId) -> Vec<u8> {
+    format!("mcp-oauth-proxy/refresh-replay/{}", family.as_str()).into_bytes()
+}
+
+/// Seals the next-generation refresh token for replays inside the grace window.
+fn seal_replay(
+    app: &App,
+    family: &FamilyId,
+    token: &crate::ids::RefreshToken,
+) -> Result<String, FlowError> {
+    Ok(crypto::b64url(
+        &app.keys
+            .token_encryption
+            .seal(token.secret().as_bytes(), &replay_aad(family))?,
+    ))
+}
+
+fn open_replay(
+    app: &App,
+    family: &FamilyId,
+    sealed: &str,
+) -> Result<crate::ids::RefreshToken, FlowError> {
+    let bytes = crypto::b64url_decode(sealed).ok_or(INVALID_GRANT)?;
+    let plain = app
+        .keys
+        .token_encryption
+        .open(&bytes, &replay_aad(family))
+        .map_err(|_| INVALID_GRANT)?;
+    Ok(crate::ids::RefreshToken::new(
+        String::from_utf8(plain).map_err(|_| INVALID_GRANT)?,
+    ))
 }
 
 /// The authorization code grant. Every check runs before anything changes; then the first
@@ -373,6 +423,7 @@ async fn start_family(
         current: vec![refresh.hash()],
         previous: None,
         retired: Vec::new(),
+        replay: None,
         rotated_at: now,
         created_at: now,
         revoked: false,
@@ -576,7 +627,7 @@ pub async fn revoke(app: &App, authorization: Option<&str>, body: &str) -> Resul
                 app.clock.now(),
                 app.config.tokens.refresh_grace_secs
             ),
-            RefreshDecision::Rotate | RefreshDecision::GraceSibling
+            RefreshDecision::Rotate | RefreshDecision::Replay
         );
         if fam.client_id == client.client_id && valid && revoke_family(app, &family_id).await? {
             app.audit

@@ -151,9 +151,11 @@ pub async fn forward(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let sse = content_type
-        .as_deref()
-        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let sse = content_type.as_deref().is_some_and(|c| {
+        c.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("text/event-stream")
+    });
     if sse {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         headers.insert("x-accel-buffering", HeaderValue::from_static("no"));

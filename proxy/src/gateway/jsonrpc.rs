@@ -167,12 +167,18 @@ pub fn inspect_response(msg: &[u8]) -> Vec<Seen> {
 const MAX_EVENT: usize = 1 << 20;
 
 /// Reads a response incrementally as it streams: SSE events as they complete, or a whole
-/// JSON body at the end. Never holds more than `MAX_EVENT` bytes.
+/// JSON body at the end. Holds at most `MAX_EVENT` bytes of one event (or body); a larger one
+/// streams through unread, and scanning resumes exactly at the next event boundary.
 #[derive(Debug)]
 pub struct Scanner {
     sse: bool,
     buf: Vec<u8>,
+    /// Inside an oversized event: skipping until its blank line.
+    skipping: bool,
+    /// JSON body too large to read.
     overflow: bool,
+    /// How much of `buf` is known to hold no event boundary (so each byte is searched once).
+    searched: usize,
 }
 
 impl Scanner {
@@ -186,36 +192,52 @@ impl Scanner {
         Scanner {
             sse,
             buf: Vec::new(),
+            skipping: false,
             overflow: false,
+            searched: 0,
         }
     }
 
     /// Feeds a chunk; returns what completed events revealed.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<Seen> {
-        if self.overflow {
-            if self.sse {
-                // Resynchronise at the next event boundary.
-                if let Some(pos) = find_boundary(chunk) {
-                    self.overflow = false;
-                    self.buf.clear();
-                    return self.feed(chunk.get(pos..).unwrap_or_default());
+        if !self.sse {
+            if !self.overflow {
+                self.buf.extend_from_slice(chunk);
+                if self.buf.len() > MAX_EVENT {
+                    self.overflow = true;
+                    self.buf = Vec::new();
                 }
             }
             return Vec::new();
         }
         self.buf.extend_from_slice(chunk);
-        if self.buf.len() > MAX_EVENT {
-            self.overflow = true;
-            self.buf.clear();
-            return Vec::new();
-        }
-        if !self.sse {
-            return Vec::new();
-        }
         let mut out = Vec::new();
-        while let Some(end) = find_boundary(&self.buf) {
-            let event: Vec<u8> = self.buf.drain(..end).collect();
-            out.extend(inspect_response(&sse_data(&event)));
+        // Split into events first, so the size limit applies per event, not per chunk. Each
+        // byte is searched once (a boundary may straddle old and new bytes: look 3 back), and
+        // consumed events are removed once per chunk, not once per event.
+        let mut start = 0;
+        let mut from = self.searched.saturating_sub(3);
+        while let Some(len) = find_boundary(self.buf.get(from..).unwrap_or_default()) {
+            let end = from + len;
+            let event = self.buf.get(start..end).unwrap_or_default();
+            if self.skipping {
+                // The end of the oversized event: resume with the next one.
+                self.skipping = false;
+            } else if event.len() <= MAX_EVENT {
+                out.extend(inspect_response(&sse_data(event)));
+            }
+            start = end;
+            from = end;
+        }
+        self.buf.drain(..start);
+        self.searched = self.buf.len();
+        if self.buf.len() > MAX_EVENT {
+            // An event larger than the limit: drop what we hold, keeping the last three bytes
+            // in case its terminating blank line straddles the next chunk.
+            self.skipping = true;
+            let keep = self.buf.split_off(self.buf.len() - 3);
+            self.buf = keep;
+            self.searched = self.buf.len();
         }
         out
     }
@@ -230,13 +252,18 @@ impl Scanner {
 }
 
 /// Index just past the first blank line (`\n\n` or `\r\n\r\n`), the end of an SSE event.
+/// One pass: stops at the first line end followed by another.
 fn find_boundary(b: &[u8]) -> Option<usize> {
-    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(c)) => Some(a.min(c)),
-        (a, c) => a.or(c),
+    let mut i = 0;
+    while let Some(off) = b.get(i..)?.iter().position(|&c| c == b'\n') {
+        let nl = i + off;
+        match (b.get(nl + 1), b.get(nl + 2)) {
+            (Some(b'\n'), _) => return Some(nl + 2),
+            (Some(b'\r'), Some(b'\n')) => return Some(nl + 3),
+            _ => i = nl + 1,
+        }
     }
+    None
 }
 
 /// The concatenated `data:` lines of one SSE event.

@@ -27,9 +27,6 @@ pub const CLIENT_PREFIX: &str = "mcpc_";
 /// Prefix of client secrets.
 pub const CLIENT_SECRET_PREFIX: &str = "mcpc_secret_";
 
-/// At most this many sibling tokens in one generation (grace-window replays).
-const MAX_SIBLINGS: usize = 4;
-
 /// A new access token.
 pub fn new_access_token() -> Result<AccessToken, CryptoError> {
     Ok(AccessToken::new(format!(
@@ -101,13 +98,12 @@ pub fn new_client_secret() -> Result<ClientSecret, CryptoError> {
 /// What presenting a refresh token means for its family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefreshDecision {
-    /// The current token: rotate.
+    /// The current token: rotate (mint the next generation).
     Rotate,
-    /// The immediately previous token inside the grace window: issue a sibling.
-    GraceSibling,
-    /// The previous token inside the window, but its siblings are used up: refuse without
-    /// revoking (a client racing itself is not a thief).
-    GraceExhausted,
+    /// The immediately previous token inside the grace window: a duplicate of the request
+    /// that rotated it (a retry, or the same client refreshing from two places). It gets the
+    /// same next-generation token again, so a generation is minted exactly once.
+    Replay,
     /// A token this family issued earlier (or the previous one too late): revoke the family.
     Reuse,
     /// A well-formed token this family never issued (a guess or a forgery): refuse, change
@@ -132,13 +128,10 @@ pub fn decide(
         return RefreshDecision::Rotate;
     }
     if family.previous.as_ref().is_some_and(is) {
-        if now.since(family.rotated_at) > grace_secs {
-            return RefreshDecision::Reuse;
-        }
-        return if family.current.len() < MAX_SIBLINGS {
-            RefreshDecision::GraceSibling
+        return if now.since(family.rotated_at) <= grace_secs && family.replay.is_some() {
+            RefreshDecision::Replay
         } else {
-            RefreshDecision::GraceExhausted
+            RefreshDecision::Reuse
         };
     }
     if family.retired.iter().any(is) {
@@ -150,18 +143,20 @@ pub fn decide(
 /// How many retired token hashes a family remembers for reuse detection.
 const MAX_RETIRED: usize = 64;
 
-/// The family after a decision.
+/// The family after a decision. For `Rotate`, `new_hash` is the next token's hash and
+/// `sealed_next` that token sealed, kept for replays inside the grace window.
 pub fn apply(
     family: &FamilyRecord,
     decision: RefreshDecision,
     presented_hash: &str,
     new_hash: String,
+    sealed_next: Option<String>,
     now: UnixTime,
 ) -> FamilyRecord {
     let mut next = family.clone();
     match decision {
         RefreshDecision::Rotate => {
-            // The old previous token and the unused siblings of the presented one retire.
+            // The old previous token retires: presenting it later is reuse.
             next.retired.extend(next.previous.take());
             next.retired.extend(
                 next.current
@@ -173,11 +168,14 @@ pub fn apply(
             next.retired.drain(..excess);
             next.previous = Some(presented_hash.to_owned());
             next.current = vec![new_hash];
+            next.replay = sealed_next;
             next.rotated_at = now;
         }
-        RefreshDecision::GraceSibling => next.current.push(new_hash),
-        RefreshDecision::Reuse => next.revoked = true,
-        RefreshDecision::GraceExhausted | RefreshDecision::Revoked | RefreshDecision::Unknown => {}
+        RefreshDecision::Reuse => {
+            next.revoked = true;
+            next.replay = None;
+        }
+        RefreshDecision::Replay | RefreshDecision::Revoked | RefreshDecision::Unknown => {}
     }
     next
 }
@@ -228,42 +226,54 @@ mod tests {
             current: vec!["h1".into()],
             previous: None,
             retired: Vec::new(),
+            replay: None,
             rotated_at: UnixTime(100),
             created_at: UnixTime(100),
             revoked: false,
         }
     }
 
+    fn rotate(f: &FamilyRecord, from: &str, to: &str, at: u64) -> FamilyRecord {
+        apply(
+            f,
+            RefreshDecision::Rotate,
+            from,
+            to.into(),
+            Some(format!("sealed-{to}")),
+            UnixTime(at),
+        )
+    }
+
     #[test]
-    fn current_rotates_previous_in_grace_older_is_reuse() {
+    fn current_rotates_previous_in_grace_replays_older_is_reuse() {
         let f0 = family();
         assert_eq!(
             decide(&f0, "h1", UnixTime(200), 30),
             RefreshDecision::Rotate
         );
-        let f1 = apply(
-            &f0,
-            RefreshDecision::Rotate,
-            "h1",
-            "h2".into(),
-            UnixTime(200),
-        );
+        let f1 = rotate(&f0, "h1", "h2", 200);
         assert_eq!(
             decide(&f1, "h2", UnixTime(201), 30),
             RefreshDecision::Rotate
         );
         assert_eq!(
             decide(&f1, "h1", UnixTime(230), 30),
-            RefreshDecision::GraceSibling
+            RefreshDecision::Replay
+        );
+        assert_eq!(
+            apply(
+                &f1,
+                RefreshDecision::Replay,
+                "h1",
+                String::new(),
+                None,
+                UnixTime(230)
+            ),
+            f1,
+            "a replay mints nothing"
         );
         assert_eq!(decide(&f1, "h1", UnixTime(231), 30), RefreshDecision::Reuse);
-        let f2 = apply(
-            &f1,
-            RefreshDecision::Rotate,
-            "h2",
-            "h3".into(),
-            UnixTime(240),
-        );
+        let f2 = rotate(&f1, "h2", "h3", 240);
         // h1 is now two generations old: reuse even inside any window.
         assert_eq!(decide(&f2, "h1", UnixTime(241), 30), RefreshDecision::Reuse);
         let dead = apply(
@@ -271,9 +281,10 @@ mod tests {
             RefreshDecision::Reuse,
             "h1",
             String::new(),
+            None,
             UnixTime(241),
         );
-        assert!(dead.revoked);
+        assert!(dead.revoked && dead.replay.is_none());
         assert_eq!(
             decide(&dead, "h3", UnixTime(242), 30),
             RefreshDecision::Revoked
@@ -282,13 +293,7 @@ mod tests {
 
     #[test]
     fn forged_token_for_a_known_family_changes_nothing() {
-        let f = apply(
-            &family(),
-            RefreshDecision::Rotate,
-            "h1",
-            "h2".into(),
-            UnixTime(200),
-        );
+        let f = rotate(&family(), "h1", "h2", 200);
         assert_eq!(
             decide(&f, "never-issued", UnixTime(201), 30),
             RefreshDecision::Unknown
@@ -299,6 +304,7 @@ mod tests {
                 RefreshDecision::Unknown,
                 "never-issued",
                 String::new(),
+                None,
                 UnixTime(201)
             ),
             f
@@ -310,52 +316,10 @@ mod tests {
         let mut f = family();
         for i in 0..100 {
             let cur = f.current[0].clone();
-            f = apply(
-                &f,
-                RefreshDecision::Rotate,
-                &cur,
-                format!("t{i}"),
-                UnixTime(200 + i),
-            );
+            f = rotate(&f, &cur, &format!("t{i}"), 200 + i);
         }
         assert!(f.retired.len() <= MAX_RETIRED);
         assert_eq!(decide(&f, "t50", UnixTime(400), 30), RefreshDecision::Reuse);
-    }
-
-    #[test]
-    fn grace_siblings_are_bounded() {
-        let mut f = apply(
-            &family(),
-            RefreshDecision::Rotate,
-            "h1",
-            "h2".into(),
-            UnixTime(200),
-        );
-        for i in 0..3 {
-            assert_eq!(
-                decide(&f, "h1", UnixTime(201), 30),
-                RefreshDecision::GraceSibling
-            );
-            f = apply(
-                &f,
-                RefreshDecision::GraceSibling,
-                "h1",
-                format!("s{i}"),
-                UnixTime(201),
-            );
-        }
-        assert_eq!(
-            decide(&f, "h1", UnixTime(201), 30),
-            RefreshDecision::GraceExhausted
-        );
-        let same = apply(
-            &f,
-            RefreshDecision::GraceExhausted,
-            "h1",
-            String::new(),
-            UnixTime(201),
-        );
-        assert_eq!(same, f, "exhausted grace changes nothing");
     }
 
     #[test]

@@ -89,7 +89,7 @@ fn validate_name(name: &str) -> Result<Option<String>, OAuthError> {
     }
     let bad = |c: char| {
         c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+            || matches!(c, '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
     };
     if name.chars().any(bad) {
         return Err(meta_err(

@@ -196,8 +196,10 @@ pub fn parse_basic(value: &str) -> Result<(String, String), OAuthError> {
     let raw = crate::crypto::b64_decode(b64).ok_or(bad.clone())?;
     let text = String::from_utf8(raw).map_err(|_| bad.clone())?;
     let (id, secret) = text.split_once(':').ok_or(bad.clone())?;
+    // RFC 6749 §2.3.1: each half is form-urlencoded. Escape a raw `&` first so the form
+    // decoder cannot split the value there.
     let dec = |s: &str| {
-        url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        url::form_urlencoded::parse(format!("x={}", s.replace('&', "%26")).as_bytes())
             .next()
             .map(|(_, v)| v.into_owned())
     };

@@ -196,8 +196,7 @@ pub struct FamilyRecord {
     pub scopes: ScopeSet,
     /// Audience.
     pub resource: String,
-    /// Hashes of the refresh tokens that are currently valid (the latest generation; more than
-    /// one only when the previous token was replayed inside the grace window).
+    /// Hash of the refresh token that is currently valid (a list for older records).
     pub current: Vec<String>,
     /// Hash of the immediately previous token, honoured until `rotated_at + grace`.
     pub previous: Option<String>,
@@ -205,6 +204,10 @@ pub struct FamilyRecord {
     /// that was never issued is merely unknown and changes nothing.
     #[serde(default)]
     pub retired: Vec<String>,
+    /// The current token, sealed (AES-256-GCM, token-encryption key, family id as associated
+    /// data), kept for replays of `previous` inside the grace window.
+    #[serde(default)]
+    pub replay: Option<String>,
     /// When `previous` was replaced.
     pub rotated_at: UnixTime,
     /// When the family started.
