@@ -44,6 +44,7 @@ mod flows {
     mod account;
     mod consent_form;
     mod dcr;
+    mod github_app;
     mod happy_path;
     mod logs;
     mod metadata;
