@@ -1,0 +1,257 @@
+//! Starting what is measured, the way the integration tests do (tests/support/mod.rs), but
+//! durable: a real proxy on an ephemeral loopback port with `SystemClock` and a sled store
+//! opened with `SledStore::open` in a temporary directory on disk (not `temporary`, which
+//! skips sled's syncs), the fake GitHub from `mcp-examples`, and optionally the bench's
+//! trivial backend behind `/mcp`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mcp_examples::{FakeGitHub, FakeGitHubConfig, FakeUser};
+use mcp_oauth_proxy::app::App;
+use mcp_oauth_proxy::clock::SystemClock;
+use mcp_oauth_proxy::config::{Config, Keys};
+use mcp_oauth_proxy::store::{SharedStore, SledStore};
+
+use crate::counting::{Counters, CountingStore};
+use crate::store_fixed::BlockingFlushSledStore;
+
+/// Which proxy is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Variant {
+    /// DIAGNOSTIC: the bench's copy of the sled store that flushes with a blocking flush on
+    /// tokio's blocking pool (see `store_fixed.rs`) instead of the proxy's `SledStore`.
+    pub blocking_flush: bool,
+    /// DIAGNOSTIC: serve `http::router` with `TCP_NODELAY` on accepted connections instead of
+    /// through `http::serve`.
+    pub nodelay: bool,
+    /// DIAGNOSTIC (with `blocking_flush`): audit records are written without their own flush.
+    pub audit_unflushed: bool,
+}
+
+impl Variant {
+    /// The proxy as shipped.
+    pub const SHIPPED: Variant = Variant {
+        blocking_flush: false,
+        nodelay: false,
+        audit_unflushed: false,
+    };
+
+    /// Parsed from `--blocking-flush` / `--nodelay`.
+    pub fn from_args(args: &[String]) -> Variant {
+        Variant {
+            blocking_flush: args.iter().any(|a| a == "--blocking-flush"),
+            nodelay: args.iter().any(|a| a == "--nodelay"),
+            audit_unflushed: args.iter().any(|a| a == "--audit-unflushed"),
+        }
+    }
+
+    /// The same flags, for a child's command line.
+    pub fn args(self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.blocking_flush {
+            v.push("--blocking-flush".to_owned());
+        }
+        if self.nodelay {
+            v.push("--nodelay".to_owned());
+        }
+        if self.audit_unflushed {
+            v.push("--audit-unflushed".to_owned());
+        }
+        v
+    }
+}
+
+/// The proxy's GitHub OAuth client at the fake.
+pub const GH_CLIENT_ID: &str = "gh-client-id";
+/// Its secret.
+pub const GH_CLIENT_SECRET: &str = "gh-client-secret";
+/// Scopes the proxy asks GitHub for (and offers to MCP clients).
+pub const SCOPES: &str = r#"["read:user", "repo"]"#;
+
+/// A running proxy.
+pub struct Proxy {
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    /// Its application state.
+    pub app: App,
+    /// Where its sled store lives (removed on drop).
+    pub dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Proxy {
+    /// `base + path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// What to start the proxy with.
+pub struct Options<'a> {
+    /// The fake GitHub's URLs; `None`: unreachable placeholders (nothing calls GitHub).
+    pub github: Option<&'a FakeGitHub>,
+    /// `[backend] url`, with `auth = "github_token"`.
+    pub backend_url: Option<String>,
+    /// Count store operations (calibration only).
+    pub counters: Option<Arc<Counters>>,
+    /// Run the expiry sweeper as `serve` does.
+    pub sweeper: bool,
+    /// Shipped or a diagnostic variant.
+    pub variant: Variant,
+}
+
+/// The fake GitHub with `users` people (`user0`, `user1`, …), none of whom has authorized
+/// the app yet.
+pub async fn fake_github(users: usize) -> FakeGitHub {
+    let mut cfg =
+        FakeGitHubConfig::demo(GH_CLIENT_ID, GH_CLIENT_SECRET, "http://127.0.0.1:1/unset");
+    cfg.users = (0..users)
+        .map(|i| {
+            FakeUser::new(
+                50_000 + i as u64,
+                format!("user{i}"),
+                format!("Bench User {i}"),
+            )
+        })
+        .collect();
+    FakeGitHub::start(cfg).await.expect("start fake GitHub")
+}
+
+/// Starts a proxy.
+pub async fn start(opts: Options<'_>) -> Proxy {
+    mcp_oauth_proxy::install_crypto_provider();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind proxy");
+    let addr = listener.local_addr().expect("proxy addr");
+    let base = format!("http://{addr}");
+    let (authorize, token, api) = match opts.github {
+        Some(gh) => {
+            gh.set_callback_url(&format!("{base}/callback/github"));
+            (gh.authorize_url(), gh.token_url(), gh.api_url())
+        }
+        None => (
+            "http://127.0.0.1:9/login/oauth/authorize".to_owned(),
+            "http://127.0.0.1:9/login/oauth/access_token".to_owned(),
+            "http://127.0.0.1:9/api/v3".to_owned(),
+        ),
+    };
+    let dir = tempdir("proxy-");
+    let backend = opts
+        .backend_url
+        .map(|u| format!("[backend]\nurl = \"{u}\"\nauth = \"github_token\"\n"))
+        .unwrap_or_default();
+    let toml = format!(
+        r#"
+[server]
+public_url = "{base}"
+listen = "{addr}"
+[github]
+client_id = "{GH_CLIENT_ID}"
+client_secret = "{GH_CLIENT_SECRET}"
+scopes = {SCOPES}
+authorize_url = "{authorize}"
+token_url = "{token}"
+api_url = "{api}"
+[store]
+path = "{path}"
+{backend}
+"#,
+        path = dir.path().display(),
+    );
+    let config = Config::from_toml(&toml, &HashMap::<String, String>::new()).expect("config");
+    let clock = Arc::new(SystemClock);
+    let store: SharedStore = if opts.variant.blocking_flush || opts.variant.audit_unflushed {
+        Arc::new(
+            BlockingFlushSledStore::open(dir.path(), clock.clone(), !opts.variant.audit_unflushed)
+                .expect("open store"),
+        )
+    } else {
+        Arc::new(SledStore::open(dir.path(), clock.clone()).expect("open sled store"))
+    };
+    let store: SharedStore = match opts.counters {
+        Some(c) => Arc::new(CountingStore::new(store, c)),
+        None => store,
+    };
+    let app = App::new(config, Keys::generate().expect("keys"), store, clock).expect("app");
+    if opts.sweeper {
+        let _sweeper = mcp_oauth_proxy::run::spawn_sweeper(&app);
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = app.clone();
+    let stop = async {
+        let _ = rx.await;
+    };
+    if opts.variant.nodelay {
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let router = mcp_oauth_proxy::http::router(serving);
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+                .expect("proxy serve");
+        });
+    } else {
+        tokio::spawn(async move {
+            mcp_oauth_proxy::http::serve(listener, serving, stop)
+                .await
+                .expect("proxy serve");
+        });
+    }
+    Proxy {
+        base,
+        app,
+        dir,
+        _stop: tx,
+    }
+}
+
+/// Where this run keeps its stores: the parent makes one directory per run and passes it to
+/// each child (`--tmp DIR`), and removes it at the end, also after a child that hung and was
+/// ended without running its destructors.
+static TMP_BASE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Sets the base directory for [`tempdir`] (once).
+pub fn set_tmp_base(p: std::path::PathBuf) {
+    let _ = TMP_BASE.set(p);
+}
+
+/// A new temporary directory on disk (under the run's base directory when there is one).
+pub fn tempdir(prefix: &str) -> tempfile::TempDir {
+    let b = tempfile::Builder::new().prefix(prefix).clone();
+    match TMP_BASE.get() {
+        Some(base) => b.tempdir_in(base),
+        None => b.tempdir(),
+    }
+    .expect("temp dir")
+}
+
+/// An HTTP client that never follows redirects; one per simulated browser or connection.
+pub fn http() -> reqwest::Client {
+    mcp_oauth_proxy::install_crypto_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(4)
+        .tcp_nodelay(true)
+        .build()
+        .expect("http client")
+}
+
+/// Total size of the files under `dir`, in bytes.
+pub fn dir_size(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => total += dir_size(&e.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
