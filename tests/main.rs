@@ -5,6 +5,7 @@
 // This whole binary is test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod crash;
 mod support;
 
 mod bindings {
