@@ -38,7 +38,8 @@ use tokio::task::JoinHandle;
 use server::{FakeState, Shared, lock};
 
 /// The proxy's token prefixes; none of them may ever reach GitHub.
-pub const DEFAULT_FORBIDDEN_MARKERS: [&str; 4] = ["mcpat_", "mcprt_", "mcpac_", "mcpc_secret_"];
+pub const DEFAULT_FORBIDDEN_MARKERS: [&str; 5] =
+    ["mcpat_", "mcprt_", "mcpac_", "mcpbt_", "mcpc_secret_"];
 
 /// A GitHub account known to the fake.
 #[derive(Debug, Clone, PartialEq, Eq)]
