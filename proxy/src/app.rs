@@ -8,6 +8,7 @@ use crate::clock::SharedClock;
 use crate::config::{Config, Keys};
 use crate::github::client::{GitHubClient, GitHubError};
 use crate::github::grants::Grants;
+use crate::metrics::Metrics;
 use crate::oauth::scope::ScopeSet;
 use crate::store::SharedStore;
 
@@ -31,6 +32,8 @@ pub struct Inner {
     pub grants: Grants,
     /// Audit sink.
     pub audit: Audit,
+    /// Metrics registry.
+    pub metrics: Metrics,
     /// Scopes MCP clients may ask for (the GitHub scopes configured).
     pub offered_scopes: ScopeSet,
     /// HTTP client toward the backend MCP server, if one is configured.
@@ -59,7 +62,8 @@ impl App {
             github.clone(),
             clock.clone(),
         );
-        let audit = Audit::new(store.clone(), clock.clone());
+        let metrics = Metrics::new();
+        let audit = Audit::new(store.clone(), clock.clone(), metrics.clone());
         let offered_scopes = ScopeSet::from_list(config.github.scopes.iter().cloned());
         let backend_http = match &config.backend {
             Some(b) => Some(
@@ -77,6 +81,7 @@ impl App {
             github,
             grants,
             audit,
+            metrics,
             offered_scopes,
         })))
     }

@@ -115,7 +115,12 @@ pub async fn serve(
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
     });
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
-        .await
+    // The peer address reaches handlers as `ConnectInfo<SocketAddr>` (client IP for rate limits
+    // and audit, with forwarded headers trusted only from configured proxies).
+    axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

@@ -4,9 +4,12 @@
 
 use serde::Serialize;
 
+pub mod verify;
+
 use crate::clock::{SharedClock, UnixTime};
 use crate::crypto;
 use crate::ids::{ClientId, FamilyId, UserId};
+use crate::metrics::Metrics;
 use crate::store::{Keyspace, SharedStore, StoreError, StoreExt};
 
 /// Keep audit events this long.
@@ -235,6 +238,7 @@ pub enum AuditEvent {
 pub struct Audit {
     store: SharedStore,
     clock: SharedClock,
+    metrics: Metrics,
 }
 
 /// A stored event.
@@ -250,8 +254,12 @@ pub struct AuditRecord {
 
 impl Audit {
     /// New sink.
-    pub fn new(store: SharedStore, clock: SharedClock) -> Audit {
-        Audit { store, clock }
+    pub fn new(store: SharedStore, clock: SharedClock, metrics: Metrics) -> Audit {
+        Audit {
+            store,
+            clock,
+            metrics,
+        }
     }
 
     /// Records an event durably and logs it.
@@ -262,6 +270,7 @@ impl Audit {
         );
         let json = serde_json::to_value(&event).map_err(|e| StoreError::Backend(e.to_string()))?;
         tracing::info!(target: "audit", id = %id, at = at.0, event = %json, "audit");
+        self.metrics.audit_event(&event);
         let rec = AuditRecord {
             id: id.clone(),
             at,
@@ -275,6 +284,13 @@ impl Audit {
                 Some(at.plus(RETENTION_SECS)),
             )
             .await
+    }
+
+    /// The newest `limit` stored events, oldest first.
+    pub async fn recent(&self, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        let mut all = self.all().await?;
+        let skip = all.len().saturating_sub(limit);
+        Ok(all.split_off(skip))
     }
 
     /// All stored events, oldest first.
