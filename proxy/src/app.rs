@@ -63,7 +63,18 @@ impl App {
             clock.clone(),
         );
         let metrics = Metrics::new();
-        let audit = Audit::new(store.clone(), clock.clone(), metrics.clone());
+        let mut audit =
+            Audit::new(store.clone(), clock.clone(), metrics.clone()).with_alerts(&config.alerts);
+        if let Some(hook) = &config.webhook {
+            match crate::audit::webhook::Webhook::start(
+                hook.clone(),
+                clock.clone(),
+                metrics.clone(),
+            ) {
+                Ok(w) => audit = audit.with_webhook(w),
+                Err(e) => tracing::error!(error = %e, "webhook disabled"),
+            }
+        }
         let offered_scopes = ScopeSet::from_list(config.github.scopes.iter().cloned());
         let backend_http = match &config.backend {
             Some(b) => Some(

@@ -78,6 +78,25 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Plain HMAC-SHA256 of `data` under a key of any length, as lowercase hex: the webhook
+/// signature, which receivers recompute with any standard HMAC library.
+pub fn hmac_sha256_hex(key: &[u8], data: &[u8]) -> String {
+    // HMAC accepts keys of every length, so this cannot fail; an empty tag never verifies.
+    let Ok(mut m) = <Hmac<Sha256> as KeyInit>::new_from_slice(key) else {
+        return String::new();
+    };
+    m.update(data);
+    hex(&m.finalize().into_bytes())
+}
+
+/// A random value in `0..=max` (retry jitter; not for secrets).
+pub fn random_below(max: u64) -> u64 {
+    match random_bytes::<8>() {
+        Ok(b) => u64::from_le_bytes(b) % max.saturating_add(1).max(1),
+        Err(_) => 0,
+    }
+}
+
 /// Constant-time equality for secrets, MACs and hashes.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && bool::from(a.ct_eq(b))

@@ -133,6 +133,11 @@ impl UserId {
     }
 }
 
+secret_type!(
+    /// The shared secret that signs webhook deliveries (HMAC-SHA256).
+    WebhookSecret
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

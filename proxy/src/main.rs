@@ -86,7 +86,12 @@ fn main() -> ExitCode {
         println!("configuration is valid");
         return ExitCode::SUCCESS;
     }
-    init_logging(cli.log_json);
+    // JSON when asked on the command line or by `[log] format = "json"`.
+    let json = cli.log_json
+        || config
+            .as_ref()
+            .is_some_and(|c| c.log.format == mcp_oauth_proxy::config::LogFormat::Json);
+    init_logging(json);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -309,7 +309,7 @@ async fn expired_access_token_record_is_refused_even_if_still_stored() {
             .await
             .unwrap()
             .unwrap_err(),
-        TokenRejection::Unknown
+        TokenRejection::Expired
     );
 }
 

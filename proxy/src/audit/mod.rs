@@ -4,7 +4,10 @@
 
 use serde::Serialize;
 
+pub mod detect;
+pub mod request_id;
 pub mod verify;
+pub mod webhook;
 
 use crate::clock::{SharedClock, UnixTime};
 use crate::crypto;
@@ -14,6 +17,12 @@ use crate::store::{Keyspace, SharedStore, StoreError, StoreExt};
 
 /// Keep audit events this long.
 const RETENTION_SECS: u64 = 90 * 86_400;
+
+/// Orders events recorded within the same second by this process (keys sort as text).
+fn next_seq() -> u64 {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1_000_000_000_000
+}
 
 /// Something security-relevant happened.
 #[derive(Debug, Clone, Serialize)]
@@ -43,11 +52,21 @@ pub enum AuditEvent {
         client_id: ClientId,
         /// Scopes.
         scopes: String,
+        /// The signed-in person, if the browser had a session (GitHub confirms it later).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        user_id: Option<UserId>,
+        /// The registered redirect URI the consent is for.
+        redirect_uri: String,
     },
     /// The person denied.
     ConsentDenied {
         /// Client.
         client_id: ClientId,
+        /// The signed-in person, if the browser had a session.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        user_id: Option<UserId>,
+        /// The registered redirect URI the request named.
+        redirect_uri: String,
     },
     /// A consent was recorded for a person after GitHub confirmed who they are.
     ConsentRecorded {
@@ -80,6 +99,12 @@ pub enum AuditEvent {
         client_id: ClientId,
         /// Without the consent page (remembered consent, fresh session).
         consent_remembered: bool,
+        /// Random id stored with the code (never the code), to join with `TokenIssued`.
+        code_id: String,
+        /// The family its tokens will belong to.
+        family_id: FamilyId,
+        /// The registered redirect URI the consent covers.
+        redirect_uri: String,
     },
     /// A code was presented a second time; what it produced was revoked.
     CodeReuse {
@@ -94,9 +119,13 @@ pub enum AuditEvent {
         client_id: ClientId,
         /// Family.
         family_id: FamilyId,
+        /// The code it was redeemed from (its `CodeIssued` id).
+        code_id: String,
     },
     /// A refresh token was rotated.
     TokenRefreshed {
+        /// Person.
+        user_id: UserId,
         /// Client.
         client_id: ClientId,
         /// Family.
@@ -122,7 +151,8 @@ pub enum AuditEvent {
     },
     /// A token was refused at `/mcp`.
     TokenRejected {
-        /// "missing", "unknown", "revoked", "wrong_audience", "insufficient_scope", "in_query".
+        /// "missing", "unknown", "expired", "revoked", "wrong_audience", "insufficient_scope",
+        /// "in_query".
         reason: &'static str,
     },
     /// A request presented an MCP session or request state that is not the caller's.
@@ -151,6 +181,13 @@ pub enum AuditEvent {
         user_id: UserId,
         /// GitHub login.
         login: String,
+    },
+    /// A person's GitHub grant stopped working (GitHub refused it): agents get reconnect links.
+    GitHubGrantBroken {
+        /// Person.
+        user_id: UserId,
+        /// Where the refusal was seen.
+        reason: String,
     },
     /// A person disconnected GitHub on the account page.
     GitHubGrantDisconnected {
@@ -231,7 +268,53 @@ pub enum AuditEvent {
         /// Families revoked.
         families: usize,
     },
+    /// A detection rule fired (see `detect`): something an operator should look at now.
+    AlertRaised {
+        /// Which rule.
+        alert: detect::AlertKind,
+        /// Person concerned, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        user_id: Option<UserId>,
+        /// Client concerned, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_id: Option<ClientId>,
+        /// What was seen, in words (ids, hosts and counts only).
+        detail: String,
+    },
 }
+
+/// Every event kind (the `event` tag), for configuration that names kinds.
+pub const KINDS: &[&str] = &[
+    "client_registered",
+    "consent_shown",
+    "consent_approved",
+    "consent_denied",
+    "consent_recorded",
+    "callback_rejected",
+    "signed_in",
+    "code_issued",
+    "code_reuse",
+    "token_issued",
+    "token_refreshed",
+    "refresh_reuse",
+    "token_revoked",
+    "token_rejected",
+    "handle_rejected",
+    "upstream_action",
+    "git_hub_grant_stored",
+    "git_hub_grant_broken",
+    "git_hub_grant_disconnected",
+    "allowance_withdrawn",
+    "connect_link_created",
+    "connect_link_refused",
+    "connect_link_wrong_account",
+    "connect_link_completed",
+    "connect_link_declined",
+    "token_exchanged",
+    "token_exchange_refused",
+    "client_access_revoked",
+    "alert_raised",
+];
 
 /// The audit sink.
 #[derive(Clone)]
@@ -239,6 +322,8 @@ pub struct Audit {
     store: SharedStore,
     clock: SharedClock,
     metrics: Metrics,
+    detector: std::sync::Arc<detect::Detector>,
+    webhook: Option<webhook::Webhook>,
 }
 
 /// A stored event.
@@ -248,42 +333,107 @@ pub struct AuditRecord {
     pub id: String,
     /// When.
     pub at: UnixTime,
+    /// The HTTP request it happened in (`X-Request-Id`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The event kind (same as `event.event`).
+    #[serde(default)]
+    pub kind: String,
     /// The event as JSON.
     pub event: serde_json::Value,
 }
 
 impl Audit {
-    /// New sink.
+    /// New sink, with default alert thresholds and no webhook.
     pub fn new(store: SharedStore, clock: SharedClock, metrics: Metrics) -> Audit {
         Audit {
             store,
             clock,
             metrics,
+            detector: std::sync::Arc::new(detect::Detector::new(
+                &crate::config::AlertPolicy::default(),
+            )),
+            webhook: None,
         }
     }
 
-    /// Records an event durably and logs it.
+    /// Uses these alert thresholds.
+    pub fn with_alerts(mut self, policy: &crate::config::AlertPolicy) -> Audit {
+        self.detector = std::sync::Arc::new(detect::Detector::new(policy));
+        self
+    }
+
+    /// Also delivers events to a webhook.
+    pub fn with_webhook(mut self, hook: webhook::Webhook) -> Audit {
+        self.webhook = Some(hook);
+        self
+    }
+
+    /// The webhook's delivery counts, if one is configured.
+    pub fn webhook_stats(&self) -> Option<webhook::WebhookCounts> {
+        self.webhook.as_ref().map(webhook::Webhook::stats)
+    }
+
+    /// Records an event durably and logs it, then any alert it raises.
     pub async fn record(&self, event: AuditEvent) -> Result<(), StoreError> {
+        let alert = self.detector.observe(&event, self.clock.now());
+        self.write(event).await?;
+        if let Some(a) = alert {
+            self.write(a).await?;
+        }
+        Ok(())
+    }
+
+    /// Records an event on behalf of the HTTP request `request_id` (for work that outlives the
+    /// handler, such as a streamed response body).
+    pub async fn record_in(
+        &self,
+        request_id: Option<String>,
+        event: AuditEvent,
+    ) -> Result<(), StoreError> {
+        match request_id {
+            Some(id) if request_id::current().is_none() => {
+                request_id::scope(id, self.record(event)).await
+            }
+            _ => self.record(event).await,
+        }
+    }
+
+    async fn write(&self, event: AuditEvent) -> Result<(), StoreError> {
         let at = self.clock.now();
         let id = crypto::b64url(
             &crypto::random_bytes::<12>().map_err(|e| StoreError::Backend(e.to_string()))?,
         );
+        let request_id = request_id::current();
         let json = serde_json::to_value(&event).map_err(|e| StoreError::Backend(e.to_string()))?;
-        tracing::info!(target: "audit", id = %id, at = at.0, event = %json, "audit");
+        let kind = json["event"].as_str().unwrap_or_default().to_owned();
+        let rid = request_id.as_deref().unwrap_or("-");
+        if matches!(event, AuditEvent::AlertRaised { .. }) {
+            tracing::warn!(target: "audit", id = %id, at = at.0, request_id = rid, kind = %kind, event = %json, "alert");
+        } else {
+            tracing::info!(target: "audit", id = %id, at = at.0, request_id = rid, kind = %kind, event = %json, "audit");
+        }
         self.metrics.audit_event(&event);
         let rec = AuditRecord {
             id: id.clone(),
             at,
+            request_id,
+            kind,
             event: json,
         };
         self.store
             .put_json(
                 Keyspace::Audit,
-                &format!("{:020}-{id}", at.0),
+                &format!("{:020}-{:012}-{id}", at.0, next_seq()),
                 &rec,
                 Some(at.plus(RETENTION_SECS)),
             )
-            .await
+            .await?;
+        // After the durable write: what the webhook sends is always in the trail.
+        if let Some(hook) = &self.webhook {
+            hook.offer(&rec);
+        }
+        Ok(())
     }
 
     /// The newest `limit` stored events, oldest first.
@@ -302,5 +452,41 @@ impl Audit {
             .into_iter()
             .map(|(_, r)| r)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_lists_the_serialized_names() {
+        let samples = [
+            AuditEvent::GitHubGrantBroken {
+                user_id: UserId::new("github:1"),
+                reason: String::new(),
+            },
+            AuditEvent::GitHubGrantStored {
+                user_id: UserId::new("github:1"),
+                login: String::new(),
+            },
+            AuditEvent::TokenRejected { reason: "expired" },
+            AuditEvent::AlertRaised {
+                alert: detect::AlertKind::WrongAudienceRate,
+                user_id: None,
+                client_id: None,
+                detail: String::new(),
+            },
+            AuditEvent::ClientAccessRevoked {
+                user_id: UserId::new("github:1"),
+                client_id: ClientId::new("c"),
+                families: 0,
+            },
+        ];
+        for e in samples {
+            let v = serde_json::to_value(&e).unwrap_or_default();
+            let kind = v["event"].as_str().unwrap_or_default();
+            assert!(KINDS.contains(&kind), "{kind} missing from KINDS");
+        }
     }
 }

@@ -12,6 +12,9 @@ use url::Url;
 use crate::crypto::{self, Key};
 use crate::ids::ClientSecret;
 
+mod audit;
+pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
+
 /// Where environment variables come from (the process, or a map in tests).
 pub trait Env {
     /// The variable's value, if set.
@@ -56,6 +59,11 @@ struct RawConfig {
     backend: Option<RawBackend>,
     #[serde(default)]
     connect: RawConnect,
+    #[serde(default)]
+    log: audit::RawLog,
+    #[serde(default)]
+    alerts: audit::RawAlerts,
+    webhook: Option<audit::RawWebhook>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -235,6 +243,12 @@ pub struct Config {
     pub backend: Option<BackendConfig>,
     /// Connect links.
     pub connect: ConnectPolicy,
+    /// `[log]`.
+    pub log: LogConfig,
+    /// `[alerts]`: detection thresholds.
+    pub alerts: AlertPolicy,
+    /// `[webhook]`: operator event sink, if configured.
+    pub webhook: Option<WebhookConfig>,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -936,9 +950,14 @@ impl Config {
             ));
         }
 
+        let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, &mut errs);
+
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
+                    log: audit.log,
+                    alerts: audit.alerts,
+                    webhook: audit.webhook,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,

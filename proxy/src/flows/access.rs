@@ -8,11 +8,17 @@ use crate::oauth::grant;
 use crate::store::records::{AccessTokenRecord, FamilyRecord};
 use crate::store::{Keyspace, StoreError, StoreExt};
 
+/// How long an access token's record outlives its expiry, so that presenting it late is
+/// reported as expired rather than unknown.
+pub const EXPIRED_KEPT_SECS: u64 = 3600;
+
 /// Why a token was refused (all map to 401 `invalid_token`; the reason goes to audit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenRejection {
-    /// Not a token this server issued (or expired and swept; expiry reads as absence).
+    /// Not a token this server issued (or expired long ago and swept).
     Unknown,
+    /// Past its expiry.
+    Expired,
     /// Its family was revoked.
     Revoked,
     /// Issued for another resource.
@@ -36,7 +42,7 @@ pub async fn authenticate(
         return Ok(Err(TokenRejection::Unknown));
     };
     if rec.expires_at <= app.clock.now() {
-        return Ok(Err(TokenRejection::Unknown));
+        return Ok(Err(TokenRejection::Expired));
     }
     let fam: Option<FamilyRecord> = app
         .store

@@ -7,14 +7,16 @@
 use super::FlowError;
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::audit::detect;
 use crate::bindings::audience::Audience;
 use crate::bindings::browser_state::BrowserBound;
 use crate::bindings::consent_registry::{self, ConsentGranted};
 use crate::bindings::issuer::{self, Response};
+use crate::bindings::redirect::RedirectMatched;
 use crate::oauth::grant;
 use crate::oauth::pkce::CodeChallenge;
 use crate::session::FreshSession;
-use crate::store::records::{CodeRecord, UpstreamStateRecord};
+use crate::store::records::{ClientRecord, CodeRecord, SeenHostRecord, UpstreamStateRecord};
 use crate::store::{Keyspace, StoreExt};
 
 /// How we know the person is at this browser now.
@@ -25,6 +27,38 @@ pub enum Presence {
     /// A fresh sign-in in this browser, a same-origin or direct navigation, and a remembered
     /// consent.
     Session(FreshSession),
+}
+
+/// What detection needs to know about a code being issued, read back from the store rather
+/// than trusted from the proof in hand (a regression that forged `ConsentGranted` would show).
+async fn code_issue_facts(
+    app: &App,
+    consent: &ConsentGranted,
+    redirect: &RedirectMatched,
+) -> Result<detect::CodeIssueFacts, FlowError> {
+    let user = consent.user_id();
+    let on_record = consent_registry::lookup(app.store.as_ref(), user, redirect, consent.scopes())
+        .await?
+        .is_some();
+    let client: Option<ClientRecord> = app
+        .store
+        .get_json(Keyspace::Clients, redirect.client_id().as_str())
+        .await?;
+    let host = redirect.host();
+    let seen: Option<SeenHostRecord> = app
+        .store
+        .get_json(Keyspace::SeenRedirectHosts, &host)
+        .await?;
+    let me = crate::crypto::hash_secret(user.as_str());
+    Ok(detect::CodeIssueFacts {
+        user_id: user.clone(),
+        client_id: redirect.client_id().clone(),
+        consent_on_record: on_record,
+        client_age_secs: client.map(|c| app.clock.now().since(c.registered_at)),
+        loopback: redirect.is_loopback(),
+        host_seen_before: seen.is_some_and(|s| s.approvers.iter().any(|a| *a != me)),
+        redirect_host: host,
+    })
 }
 
 /// Stores a single-use code and returns the redirect to the client.
@@ -39,7 +73,9 @@ pub async fn issue_code(
     let now = app.clock.now();
     let code = grant::new_code()?;
     let redirect = consent.redirect().clone();
+    let code_id = crate::crypto::b64url(&crate::crypto::random_bytes::<12>()?);
     let record = CodeRecord {
+        code_id: code_id.clone(),
         client_id: redirect.client_id().clone(),
         redirect_uri: redirect.uri().to_owned(),
         code_challenge: challenge,
@@ -64,13 +100,23 @@ pub async fn issue_code(
         redirect.client_id(),
     )
     .await?;
+    let alerts = detect::code_issue_alerts(
+        &app.config.alerts,
+        &code_issue_facts(app, &consent, &redirect).await?,
+    );
     app.audit
         .record(AuditEvent::CodeIssued {
             user_id: consent.user_id().clone(),
             client_id: redirect.client_id().clone(),
             consent_remembered: matches!(presence, Presence::Session(_)),
+            code_id,
+            family_id: record.family_id.clone(),
+            redirect_uri: redirect.registered().to_owned(),
         })
         .await?;
+    for alert in alerts {
+        app.audit.record(alert).await?;
+    }
     Ok(issuer::client_redirect(
         &redirect,
         app.issuer(),

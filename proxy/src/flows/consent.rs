@@ -41,6 +41,8 @@ pub struct ConsentInput<'a> {
     pub sec_fetch_site: Option<&'a str>,
     /// `Origin`.
     pub origin: Option<&'a str>,
+    /// The proxy session cookie, if any (names the person in the audit trail only).
+    pub session_cookie: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,11 +91,17 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
         txn.registered_redirect.clone(),
     );
 
+    // Who decided, as far as this browser's session says; GitHub confirms it at the callback.
+    let person = crate::session::current(app.store.as_ref(), input.session_cookie)
+        .await?
+        .map(|s| s.record.user_id);
     match decision {
         Decision::Deny => {
             app.audit
                 .record(AuditEvent::ConsentDenied {
                     client_id: txn.client_id.clone(),
+                    user_id: person,
+                    redirect_uri: txn.registered_redirect.clone(),
                 })
                 .await?;
             Ok(ConsentOutcome::ToClient(issuer::client_redirect(
@@ -106,6 +114,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
         Decision::Approve => {
             let scopes = txn.scopes.to_wire();
             let client_id = txn.client_id.clone();
+            let redirect_uri = txn.registered_redirect.clone();
             let now = app.clock.now();
             let started = browser_state::begin(
                 app.store.as_ref(),
@@ -119,7 +128,12 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
             )
             .await?;
             app.audit
-                .record(AuditEvent::ConsentApproved { client_id, scopes })
+                .record(AuditEvent::ConsentApproved {
+                    client_id,
+                    scopes,
+                    user_id: person,
+                    redirect_uri,
+                })
                 .await?;
             Ok(ConsentOutcome::ToGitHub {
                 url: app

@@ -249,6 +249,7 @@ async fn grants(
                         audit_best_effort(
                             app,
                             AuditEvent::TokenRefreshed {
+                                user_id: fam.user_id.clone(),
                                 client_id: client.client_id.clone(),
                                 family_id: family_id.clone(),
                                 grace: decision == RefreshDecision::Replay,
@@ -345,6 +346,13 @@ async fn redeem_code(
     if !consent_registry::exists_for_client(app.store.as_ref(), &rec.user_id, &rec.client_id)
         .await?
     {
+        // A valid code with no consent behind it: either the person revoked the client in
+        // the last minute, or a code was minted without consent (confused deputy).
+        audit_best_effort(
+            app,
+            crate::audit::detect::code_presented_without_consent(&rec.user_id, &rec.client_id),
+        )
+        .await;
         return Err(INVALID_GRANT.into());
     }
     let now = app.clock.now();
@@ -383,6 +391,7 @@ async fn redeem_code(
             user_id: rec.user_id.clone(),
             client_id: client.client_id.clone(),
             family_id: rec.family_id.clone(),
+            code_id: rec.code_id.clone(),
         },
     )
     .await;
@@ -481,12 +490,14 @@ async fn mint_access(
         issued_at: now,
         expires_at: now.plus(ttl),
     };
+    // Kept a while past expiry so a late presentation is audited as "expired", not
+    // "unknown"; `access::authenticate` refuses it by its own `expires_at`.
     app.store
         .put_json(
             Keyspace::AccessTokens,
             &token.hash(),
             &rec,
-            Some(now.plus(ttl)),
+            Some(now.plus(ttl.saturating_add(crate::flows::access::EXPIRED_KEPT_SECS))),
         )
         .await?;
     Ok((token.secret().to_owned(), ttl))

@@ -166,6 +166,7 @@ pub async fn forward(
         call: inbound.tool.clone().zip(inbound.id.clone()),
         recorded: false,
         status,
+        http_request_id: crate::audit::request_id::current(),
     };
     let body = relay(
         resp.bytes_stream(),
@@ -190,6 +191,8 @@ struct Observer {
     call: Option<(String, String)>,
     recorded: bool,
     status: StatusCode,
+    /// The HTTP request's id: the body streams after the handler returned, outside its scope.
+    http_request_id: Option<String>,
 }
 
 impl Observer {
@@ -233,7 +236,11 @@ impl Observer {
 
     async fn record(&mut self, outcome: String) {
         if let Some(e) = self.event(outcome)
-            && let Err(err) = self.app.audit.record(e).await
+            && let Err(err) = self
+                .app
+                .audit
+                .record_in(self.http_request_id.clone(), e)
+                .await
         {
             tracing::error!(error = %err, "could not record an upstream action");
         }
@@ -258,8 +265,9 @@ impl Drop for Observer {
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             let audit = self.app.audit.clone();
+            let rid = self.http_request_id.clone();
             rt.spawn(async move {
-                let _ = audit.record(e).await;
+                let _ = audit.record_in(rid, e).await;
             });
         }
     }

@@ -142,6 +142,7 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
         Err(r) => {
             let reason = match r {
                 TokenRejection::Unknown => "unknown",
+                TokenRejection::Expired => "expired",
                 TokenRejection::Revoked => "revoked",
                 TokenRejection::WrongAudience => "wrong_audience",
             };
@@ -237,6 +238,12 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
                 .mark_broken(&user)
                 .await
                 .map_err(|e| GatewayError::Backend(e.to_string()))?;
+            app.audit
+                .record(AuditEvent::GitHubGrantBroken {
+                    user_id: user.clone(),
+                    reason: "backend reported that GitHub refused the token".to_owned(),
+                })
+                .await?;
             let token = crate::bindings::audience::audienced(kept.token, &app.resource())
                 .map_err(|_| GatewayError::InvalidToken(TokenRejection::WrongAudience))?;
             let again = McpRequest {

@@ -68,11 +68,13 @@ pub async fn consent(
     body: Bytes,
 ) -> Result<Response, PageError> {
     let csrf_cookie = cookies::read(&headers, cookies::CSRF_COOKIE);
+    let session_cookie = cookies::read(&headers, cookies::SESSION_COOKIE);
     let input = ConsentInput {
         body: form(&body)?,
         csrf_cookie: csrf_cookie.as_deref(),
         sec_fetch_site: header_str(&headers, "sec-fetch-site"),
         origin: header_str(&headers, "origin"),
+        session_cookie: session_cookie.as_deref(),
     };
     // 303: the browser must GET the next URL, never re-POST the form (RFC 9700 §4.12).
     Ok(match consent::decide(&app, input).await? {

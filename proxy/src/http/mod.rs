@@ -9,6 +9,7 @@ pub mod error;
 mod headers;
 mod mcp;
 mod metadata;
+mod request_id;
 
 use std::future::Future;
 
@@ -97,6 +98,7 @@ pub fn router(app: App) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .fallback(browser::not_found)
         .layer(axum::middleware::from_fn(headers::security_headers))
+        .layer(axum::middleware::from_fn(request_id::request_id))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(app)
 }

@@ -171,6 +171,9 @@ pub struct CodeRecord {
     pub family_id: FamilyId,
     /// When issued.
     pub issued_at: UnixTime,
+    /// Random id naming the code in the audit trail (never the code itself).
+    #[serde(default)]
+    pub code_id: String,
 }
 
 /// Left behind when a code is redeemed, so a second redemption revokes what the first got.

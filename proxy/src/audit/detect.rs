@@ -1,0 +1,373 @@
+//! Detection: rules that turn what the audit trail sees into alerts (`AlertRaised` events of
+//! their own), so an attack is visible while it happens. The rules here are pure; the flows
+//! gather the facts (store reads) and the sink feeds events through [`Detector::observe`].
+//!
+//! The wrong-audience window is kept in memory, per process: with several replicas each
+//! counts its own share of the traffic.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use super::AuditEvent;
+use crate::clock::UnixTime;
+use crate::config::AlertPolicy;
+use crate::ids::{ClientId, UserId};
+
+/// Which rule fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    /// A code was issued (or presented) with no consent on record for that person and client:
+    /// the signature of a confused-deputy attack.
+    CodeWithoutConsent,
+    /// A client received a code minutes after registering, for a redirect host no one else
+    /// has approved before.
+    FreshClientNewHost,
+    /// Many tokens for another audience were presented at `/mcp` in a short time.
+    WrongAudienceRate,
+    /// A rotated refresh token was presented again (likely stolen).
+    RefreshTokenReuse,
+    /// A connect link was opened by someone other than its person.
+    ConnectLinkWrongPerson,
+}
+
+impl AlertKind {
+    /// The name used in events and configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::CodeWithoutConsent => "code_without_consent",
+            AlertKind::FreshClientNewHost => "fresh_client_new_host",
+            AlertKind::WrongAudienceRate => "wrong_audience_rate",
+            AlertKind::RefreshTokenReuse => "refresh_token_reuse",
+            AlertKind::ConnectLinkWrongPerson => "connect_link_wrong_person",
+        }
+    }
+}
+
+fn alert(
+    kind: AlertKind,
+    user_id: Option<UserId>,
+    client_id: Option<ClientId>,
+    detail: String,
+) -> AuditEvent {
+    AuditEvent::AlertRaised {
+        alert: kind,
+        user_id,
+        client_id,
+        detail,
+    }
+}
+
+/// What the code-issuing flow knows when a code is about to be handed out.
+#[derive(Debug, Clone)]
+pub struct CodeIssueFacts {
+    /// Person.
+    pub user_id: UserId,
+    /// Client.
+    pub client_id: ClientId,
+    /// A stored consent covers this person, client, registered redirect and scopes (read
+    /// back from the store, independently of the proof the flow carried).
+    pub consent_on_record: bool,
+    /// Seconds since the client registered (`None`: client record not found).
+    pub client_age_secs: Option<u64>,
+    /// The redirect host.
+    pub redirect_host: String,
+    /// The redirect is a loopback address (native clients register fresh on every install;
+    /// a loopback host cannot be an attacker's server).
+    pub loopback: bool,
+    /// Someone other than this person approved a client for this host before.
+    pub host_seen_before: bool,
+}
+
+/// Alerts for a code being issued.
+pub fn code_issue_alerts(policy: &AlertPolicy, f: &CodeIssueFacts) -> Vec<AuditEvent> {
+    let mut out = Vec::new();
+    if !f.consent_on_record {
+        out.push(alert(
+            AlertKind::CodeWithoutConsent,
+            Some(f.user_id.clone()),
+            Some(f.client_id.clone()),
+            "code issued with no stored consent for this person, client and redirect URI"
+                .to_owned(),
+        ));
+    }
+    let fresh = f
+        .client_age_secs
+        .is_none_or(|age| age < policy.new_client_secs);
+    if fresh && !f.loopback && !f.host_seen_before {
+        out.push(alert(
+            AlertKind::FreshClientNewHost,
+            Some(f.user_id.clone()),
+            Some(f.client_id.clone()),
+            format!(
+                "client registered {} s ago received a code for {}, a redirect host never approved before",
+                f.client_age_secs.unwrap_or(0),
+                f.redirect_host
+            ),
+        ));
+    }
+    out
+}
+
+/// A code was presented at `/token` for a person and client with no consent on record.
+pub fn code_presented_without_consent(user_id: &UserId, client_id: &ClientId) -> AuditEvent {
+    alert(
+        AlertKind::CodeWithoutConsent,
+        Some(user_id.clone()),
+        Some(client_id.clone()),
+        "a code was presented at /token for a person and client with no consent on record"
+            .to_owned(),
+    )
+}
+
+/// Counts events in a sliding window; reports once when the count reaches the threshold,
+/// then stays quiet until a full window has passed (one alert per burst, not per request).
+#[derive(Debug)]
+pub struct RateWindow {
+    window_secs: u64,
+    threshold: usize,
+    hits: VecDeque<u64>,
+    quiet_until: u64,
+}
+
+impl RateWindow {
+    /// A window of `window_secs` that fires at `threshold` hits.
+    pub fn new(window_secs: u64, threshold: u32) -> RateWindow {
+        RateWindow {
+            window_secs,
+            threshold: usize::try_from(threshold).unwrap_or(usize::MAX).max(1),
+            hits: VecDeque::new(),
+            quiet_until: 0,
+        }
+    }
+
+    /// Records a hit at `now`; returns the count in the window when an alert is due.
+    pub fn hit(&mut self, now: u64) -> Option<usize> {
+        while self
+            .hits
+            .front()
+            .is_some_and(|t| now.saturating_sub(*t) >= self.window_secs)
+        {
+            self.hits.pop_front();
+        }
+        // Only the threshold matters: never hold more than that many timestamps.
+        if self.hits.len() >= self.threshold {
+            self.hits.pop_front();
+        }
+        self.hits.push_back(now);
+        if self.hits.len() >= self.threshold && now >= self.quiet_until {
+            self.quiet_until = now.saturating_add(self.window_secs);
+            return Some(self.hits.len());
+        }
+        None
+    }
+}
+
+/// The per-process detector the audit sink feeds every event through.
+pub struct Detector {
+    window_secs: u64,
+    wrong_audience: Mutex<RateWindow>,
+}
+
+impl Detector {
+    /// A detector with these thresholds.
+    pub fn new(policy: &AlertPolicy) -> Detector {
+        Detector {
+            window_secs: policy.wrong_audience_window_secs,
+            wrong_audience: Mutex::new(RateWindow::new(
+                policy.wrong_audience_window_secs,
+                policy.wrong_audience_threshold,
+            )),
+        }
+    }
+
+    /// Alerts that `event`, seen at `now`, raises.
+    pub fn observe(&self, event: &AuditEvent, now: UnixTime) -> Option<AuditEvent> {
+        match event {
+            AuditEvent::RefreshReuse {
+                user_id,
+                client_id,
+                family_id,
+            } => Some(alert(
+                AlertKind::RefreshTokenReuse,
+                Some(user_id.clone()),
+                Some(client_id.clone()),
+                format!(
+                    "an old refresh token of family {} was presented; the family is revoked",
+                    family_id.as_str()
+                ),
+            )),
+            AuditEvent::ConnectLinkRefused {
+                link_id,
+                owner,
+                opener,
+            } => Some(alert(
+                AlertKind::ConnectLinkWrongPerson,
+                Some(owner.clone()),
+                None,
+                format!(
+                    "connect link {link_id} of {} was opened by {}",
+                    owner.as_str(),
+                    opener.as_str()
+                ),
+            )),
+            AuditEvent::TokenRejected {
+                reason: "wrong_audience",
+            } => {
+                // A poisoned lock only means another thread panicked mid-update; the counts
+                // are still usable.
+                let mut w = self
+                    .wrong_audience
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                w.hit(now.0).map(|n| {
+                    alert(
+                        AlertKind::WrongAudienceRate,
+                        None,
+                        None,
+                        format!(
+                            "{n} tokens for another audience presented at /mcp within {} s",
+                            self.window_secs
+                        ),
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::FamilyId;
+
+    fn facts() -> CodeIssueFacts {
+        CodeIssueFacts {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new("mcpc_a"),
+            consent_on_record: true,
+            client_age_secs: Some(3600),
+            redirect_host: "app.example".into(),
+            loopback: false,
+            host_seen_before: false,
+        }
+    }
+
+    fn kinds(v: &[AuditEvent]) -> Vec<AlertKind> {
+        v.iter()
+            .filter_map(|e| match e {
+                AuditEvent::AlertRaised { alert, .. } => Some(*alert),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_normal_code_raises_nothing() {
+        assert!(code_issue_alerts(&AlertPolicy::default(), &facts()).is_empty());
+    }
+
+    #[test]
+    fn a_code_without_consent_raises_the_confused_deputy_alert() {
+        let f = CodeIssueFacts {
+            consent_on_record: false,
+            ..facts()
+        };
+        assert_eq!(
+            kinds(&code_issue_alerts(&AlertPolicy::default(), &f)),
+            vec![AlertKind::CodeWithoutConsent]
+        );
+    }
+
+    #[test]
+    fn a_fresh_client_on_a_new_host_raises_an_alert_but_not_on_loopback_or_a_known_host() {
+        let p = AlertPolicy::default();
+        let fresh = CodeIssueFacts {
+            client_age_secs: Some(30),
+            ..facts()
+        };
+        assert_eq!(
+            kinds(&code_issue_alerts(&p, &fresh)),
+            vec![AlertKind::FreshClientNewHost]
+        );
+        let known = CodeIssueFacts {
+            host_seen_before: true,
+            ..fresh.clone()
+        };
+        assert!(code_issue_alerts(&p, &known).is_empty());
+        let loopback = CodeIssueFacts {
+            loopback: true,
+            ..fresh
+        };
+        assert!(code_issue_alerts(&p, &loopback).is_empty());
+    }
+
+    #[test]
+    fn rate_window_fires_once_per_burst_at_the_threshold() {
+        let mut w = RateWindow::new(60, 3);
+        assert_eq!(w.hit(100), None);
+        assert_eq!(w.hit(110), None);
+        assert_eq!(w.hit(120), Some(3));
+        assert_eq!(w.hit(121), None, "quiet for a window after firing");
+        // Old hits leave the window: two spread-out hits never reach the threshold.
+        let mut w = RateWindow::new(60, 3);
+        assert_eq!(w.hit(0), None);
+        assert_eq!(w.hit(61), None);
+        assert_eq!(w.hit(200), None);
+        // After the quiet period a new burst fires again.
+        let mut w = RateWindow::new(10, 2);
+        assert_eq!(w.hit(0), None);
+        assert_eq!(w.hit(1), Some(2));
+        assert_eq!(w.hit(5), None);
+        assert_eq!(w.hit(12), Some(2));
+    }
+
+    #[test]
+    fn detector_turns_reuse_and_wrong_person_into_alerts_and_ignores_the_rest() {
+        let d = Detector::new(&AlertPolicy::default());
+        let reuse = AuditEvent::RefreshReuse {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new("mcpc_a"),
+            family_id: FamilyId::new("f"),
+        };
+        let wrong = AuditEvent::ConnectLinkRefused {
+            link_id: "l".into(),
+            owner: UserId::new("github:1"),
+            opener: UserId::new("github:2"),
+        };
+        let ok = AuditEvent::TokenRejected { reason: "unknown" };
+        let got: Vec<_> = [reuse, wrong, ok]
+            .iter()
+            .filter_map(|e| d.observe(e, UnixTime(0)))
+            .collect();
+        assert_eq!(
+            kinds(&got),
+            vec![
+                AlertKind::RefreshTokenReuse,
+                AlertKind::ConnectLinkWrongPerson
+            ]
+        );
+    }
+
+    #[test]
+    fn detector_counts_wrong_audience_rejections_against_the_threshold() {
+        let policy = AlertPolicy {
+            wrong_audience_threshold: 3,
+            wrong_audience_window_secs: 60,
+            ..AlertPolicy::default()
+        };
+        let d = Detector::new(&policy);
+        let e = AuditEvent::TokenRejected {
+            reason: "wrong_audience",
+        };
+        assert!(d.observe(&e, UnixTime(10)).is_none());
+        assert!(d.observe(&e, UnixTime(11)).is_none());
+        assert_eq!(
+            kinds(&d.observe(&e, UnixTime(12)).into_iter().collect::<Vec<_>>()),
+            vec![AlertKind::WrongAudienceRate]
+        );
+    }
+}
