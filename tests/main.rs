@@ -8,6 +8,15 @@
 mod crash;
 mod support;
 
+/// Audit trail, detection alerts, the webhook sink and `audit verify` (issue 6).
+mod audit {
+    mod detection;
+    mod support;
+    mod trail;
+    mod verify;
+    mod webhook;
+}
+
 mod bindings {
     mod audience;
     mod browser_state;

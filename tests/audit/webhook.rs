@@ -1,0 +1,189 @@
+//! The webhook sink: signed deliveries a receiver can verify, retries against a receiver
+//! that is down while the proxy keeps answering fast, and counted drops.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::support::eventually;
+use crate::support::{Browser, Client, Options, TestProxy};
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use hmac::{KeyInit, Mac};
+
+const SECRET: &str = "webhook-test-secret-0123456789";
+
+#[derive(Clone, Default)]
+struct Received(Arc<Mutex<Vec<(HeaderMap, Bytes)>>>);
+
+impl Received {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    fn all(&self) -> Vec<(HeaderMap, Bytes)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A receiver on 127.0.0.1:0 that records each request and answers `status` after `delay`.
+async fn receiver(status: StatusCode, delay: Duration) -> (String, Received) {
+    let got = Received::default();
+    let seen = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let seen = seen.clone();
+            async move {
+                seen.0.lock().unwrap().push((headers, body));
+                tokio::time::sleep(delay).await;
+                status
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, got)
+}
+
+fn webhook_toml(url: &str, extra: &str) -> Options {
+    Options {
+        extra_toml: format!("[webhook]\nurl = \"{url}\"\nsecret = \"{SECRET}\"\n{extra}\n"),
+        ..Options::default()
+    }
+}
+
+/// What a receiver does with the documented headers (docs/WEBHOOKS.md), independently of the
+/// proxy's own code: HMAC-SHA256 over "<timestamp>.<body>" with the shared secret.
+fn verify(headers: &HeaderMap, body: &[u8], secret: &str) -> bool {
+    let ts = headers["x-mcp-proxy-timestamp"].to_str().unwrap();
+    let sig = headers["x-mcp-proxy-signature"].to_str().unwrap();
+    let Some(hex) = sig.strip_prefix("v1=") else {
+        return false;
+    };
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(ts.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let want: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    want == hex
+}
+
+fn stats(proxy: &TestProxy) -> mcp_oauth_proxy::audit::webhook::WebhookCounts {
+    proxy.app.audit.webhook_stats().unwrap()
+}
+
+#[tokio::test]
+async fn deliveries_are_signed_and_verify_at_the_receiver() {
+    let (url, got) = receiver(StatusCode::OK, Duration::ZERO).await;
+    let proxy = TestProxy::start_with(webhook_toml(
+        &url,
+        "events = [\"client_registered\", \"token_issued\"]",
+    ))
+    .await;
+    let c = Client::register(&proxy, "Hooked", "http://127.0.0.1:9/cb").await;
+    c.tokens(&proxy, &Browser::new(), "alice").await;
+    eventually("two deliveries", || got.len() >= 2).await;
+    let trail = proxy.app.audit.all().await.unwrap();
+    let mut kinds = Vec::new();
+    for (headers, body) in got.all() {
+        assert!(verify(&headers, &body, SECRET), "signature verifies");
+        assert!(!verify(&headers, &body, "another-secret-0123456789"));
+        let mut tampered = body.to_vec();
+        tampered.push(b' ');
+        assert!(!verify(&headers, &tampered, SECRET));
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let id = json["id"].as_str().unwrap();
+        assert_eq!(headers["x-mcp-proxy-event-id"], id);
+        assert_eq!(headers["content-type"], "application/json");
+        // The same event as the stored trail, with its time and request id.
+        let stored = trail.iter().find(|r| r.id == id).unwrap();
+        assert_eq!(json["event"], stored.event);
+        assert_eq!(json["at"], stored.at.0);
+        assert_eq!(json["request_id"].as_str(), stored.request_id.as_deref());
+        kinds.push(json["event"]["event"].as_str().unwrap().to_owned());
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        ["client_registered", "token_issued"],
+        "only chosen kinds"
+    );
+    eventually("both counted as delivered", || stats(&proxy).delivered == 2).await;
+    assert_eq!(stats(&proxy).dropped, 0);
+}
+
+/// The receiver is down (nothing listens): each event is tried `max_attempts` times with
+/// backoff, then dropped and counted; meanwhile discovery and /token answer as usual.
+#[tokio::test]
+async fn down_receiver_gets_retries_and_the_proxy_keeps_answering_fast() {
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", dead.local_addr().unwrap());
+    drop(dead);
+    let proxy = TestProxy::start_with(webhook_toml(
+        &url,
+        "max_attempts = 3\nbackoff_ms = 20\nmax_backoff_ms = 100",
+    ))
+    .await;
+    Client::register(&proxy, "Down", "http://127.0.0.1:9/cb").await;
+    eventually("three attempts, then a drop", || {
+        let s = stats(&proxy);
+        s.failed_attempts >= 3 && s.dropped >= 1
+    })
+    .await;
+    let s = stats(&proxy);
+    assert_eq!(s.delivered, 0);
+    assert_eq!(
+        s.failed_attempts,
+        3 * s.dropped,
+        "every dropped event was tried 3 times"
+    );
+}
+
+/// The receiver hangs: the worker is stuck for seconds per attempt, yet every request is
+/// answered within normal latency; what does not fit in the tiny queue is dropped and counted.
+#[tokio::test]
+async fn slow_receiver_never_blocks_requests_and_overflow_is_counted() {
+    let (url, got) = receiver(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(3)).await;
+    let proxy = TestProxy::start_with(webhook_toml(
+        &url,
+        "queue_size = 1\nmax_attempts = 2\nbackoff_ms = 10\ntimeout_secs = 2",
+    ))
+    .await;
+    let http = crate::support::http();
+    let mut slowest = Duration::ZERO;
+    for i in 0..5 {
+        let t = Instant::now();
+        let c = Client::register(&proxy, &format!("Slow {i}"), "http://127.0.0.1:9/cb").await;
+        let r = c
+            .token(
+                &proxy,
+                &[("grant_type", "authorization_code"), ("code", "mcpac_nope")],
+            )
+            .await;
+        assert_eq!(r.status, 400);
+        let d = http
+            .get(proxy.url("/.well-known/oauth-authorization-server"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(d.status(), 200);
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "requests waited for the webhook: {slowest:?}"
+    );
+    // One event is with the worker, one in the queue: the other registrations are dropped.
+    eventually("drops counted", || stats(&proxy).dropped >= 3).await;
+    eventually("the first event was retried", || got.len() >= 2).await;
+    let first = got.all();
+    assert_eq!(
+        first[0].0["x-mcp-proxy-event-id"], first[1].0["x-mcp-proxy-event-id"],
+        "a retry carries the same event id"
+    );
+}
