@@ -12,6 +12,9 @@ use url::Url;
 use crate::crypto::{self, Key};
 use crate::ids::ClientSecret;
 
+mod tls;
+pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
+
 /// Where environment variables come from (the process, or a map in tests).
 pub trait Env {
     /// The variable's value, if set.
@@ -114,6 +117,10 @@ struct RawServer {
     resource_name: Option<String>,
     #[serde(default)]
     allowed_origins: Vec<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    #[serde(default = "tls::default_shutdown_grace")]
+    shutdown_grace_secs: u64,
 }
 
 fn default_listen() -> String {
@@ -235,6 +242,10 @@ pub struct Config {
     pub backend: Option<BackendConfig>,
     /// Connect links.
     pub connect: ConnectPolicy,
+    /// PEM files to serve HTTPS with; `None`: plain HTTP (behind a TLS-terminating proxy).
+    pub tls: Option<TlsFiles>,
+    /// On SIGTERM, how long in-flight requests and streams may take before they are closed.
+    pub shutdown_grace_secs: u64,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -699,6 +710,18 @@ impl Config {
                 None
             }
         });
+        let tls = server.and_then(|s| {
+            tls::validate_tls(
+                s.tls_cert.as_ref(),
+                s.tls_key.as_ref(),
+                public_url.as_ref(),
+                &mut errs,
+            )
+        });
+        let shutdown_grace_secs = server.map_or(DEFAULT_SHUTDOWN_GRACE_SECS, |s| {
+            tls::validate_grace(s.shutdown_grace_secs, &mut errs);
+            s.shutdown_grace_secs
+        });
         let listen = server.and_then(|s| match s.listen.parse::<SocketAddr>() {
             Ok(a) => Some(a),
             Err(e) => {
@@ -955,6 +978,8 @@ impl Config {
                     keys,
                     tokens,
                     session,
+                    tls,
+                    shutdown_grace_secs,
                 })
             }
             _ => Err(ConfigError(errs)),
