@@ -119,11 +119,12 @@ pub async fn serve_on(
         .as_ref()
         .map(crate::tls::Tls::new)
         .transpose()?;
-    #[cfg(unix)]
-    let reloader = crate::shutdown::reload_on_sighup(tls.clone());
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|error| StartError::Bind { addr, error })?;
+    // Before serving: from here on a SIGHUP reloads instead of terminating the process.
+    #[cfg(unix)]
+    let reloader = crate::shutdown::reload_on_sighup(tls.clone());
     let sweeper = spawn_sweeper(&app);
     let store = app.store.clone();
     let drain = app.drain.clone();
