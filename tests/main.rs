@@ -50,6 +50,12 @@ mod e2e {
     mod real_client;
 }
 
+/// Operations: TLS with certificate reload, graceful shutdown of the real binary.
+mod ops {
+    mod shutdown;
+    mod tls;
+}
+
 mod flows {
     mod account;
     mod consent_form;

@@ -38,6 +38,8 @@ pub struct Inner {
     pub offered_scopes: ScopeSet,
     /// HTTP client toward the backend MCP server, if one is configured.
     pub backend_http: Option<reqwest::Client>,
+    /// The shutdown grace deadline that ends streaming responses.
+    pub drain: crate::shutdown::Drain,
 }
 
 impl std::ops::Deref for App {
@@ -94,6 +96,7 @@ impl App {
             audit,
             metrics,
             offered_scopes,
+            drain: crate::shutdown::Drain::new(),
         })))
     }
 

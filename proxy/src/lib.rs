@@ -21,7 +21,9 @@ pub mod metrics;
 pub mod oauth;
 pub mod run;
 pub mod session;
+pub mod shutdown;
 pub mod store;
+pub mod tls;
 
 /// Installs rustls' ring provider as the process default (reqwest is built without one, to
 /// keep aws-lc out of the tree). Safe to call more than once.

@@ -31,6 +31,9 @@ pub enum StartError {
     /// The GitHub client could not be built.
     #[error("GitHub client: {0}")]
     GitHub(String),
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// Binding the port failed.
     #[error("listen on {addr}: {error}")]
     Bind {
@@ -103,22 +106,52 @@ pub fn spawn_sweeper(app: &App) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Binds and serves `app` until `shutdown`, then flushes the store.
+/// Binds and serves `app` (over TLS when configured) until `shutdown`, then drains within
+/// the grace period (see `shutdown.rs`) and flushes the store.
 pub async fn serve_on(
     addr: SocketAddr,
     app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    let tls = app
+        .config
+        .tls
+        .as_ref()
+        .map(crate::tls::Tls::new)
+        .transpose()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|error| StartError::Bind { addr, error })?;
+    // Before serving: from here on a SIGHUP reloads instead of terminating the process.
+    #[cfg(unix)]
+    let reloader = crate::shutdown::reload_on_sighup(tls.clone());
     let sweeper = spawn_sweeper(&app);
     let store = app.store.clone();
-    tracing::info!(%addr, issuer = app.issuer(), "serving");
-    let result = crate::http::serve(listener, app, shutdown).await;
+    let drain = app.drain.clone();
+    let grace = Duration::from_secs(app.config.shutdown_grace_secs);
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(());
+    };
+    tracing::info!(%addr, issuer = app.issuer(), tls = tls.is_some(), "serving");
+    let serving: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls {
+        Some(tls) => Box::pin(crate::http::serve_tls(
+            tls.listener(listener),
+            app,
+            shutdown,
+        )),
+        None => Box::pin(crate::http::serve(listener, app, shutdown)),
+    };
+    let result = crate::shutdown::with_grace(serving, stopping_rx, grace, &drain).await;
     sweeper.abort();
-    if let Err(e) = store.flush().await {
-        tracing::error!(error = %e, "final flush failed");
+    #[cfg(unix)]
+    if let Some(r) = reloader {
+        r.abort();
+    }
+    match store.flush().await {
+        Ok(()) => tracing::info!("store flushed; stopped"),
+        Err(e) => tracing::error!(error = %e, "final flush failed"),
     }
     result.map_err(|error| StartError::Bind { addr, error })
 }
@@ -132,21 +165,6 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-    tracing::info!("shutting down: finishing in-flight requests");
+    crate::shutdown::signal().await;
+    tracing::info!("shutdown signal received");
 }

@@ -14,6 +14,8 @@ use crate::ids::ClientSecret;
 
 mod audit;
 pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
+mod tls;
+pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
 
 /// Where environment variables come from (the process, or a map in tests).
 pub trait Env {
@@ -122,6 +124,10 @@ struct RawServer {
     resource_name: Option<String>,
     #[serde(default)]
     allowed_origins: Vec<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    #[serde(default = "tls::default_shutdown_grace")]
+    shutdown_grace_secs: u64,
 }
 
 fn default_listen() -> String {
@@ -249,6 +255,10 @@ pub struct Config {
     pub alerts: AlertPolicy,
     /// `[webhook]`: operator event sink, if configured.
     pub webhook: Option<WebhookConfig>,
+    /// PEM files to serve HTTPS with; `None`: plain HTTP (behind a TLS-terminating proxy).
+    pub tls: Option<TlsFiles>,
+    /// On SIGTERM, how long in-flight requests and streams may take before they are closed.
+    pub shutdown_grace_secs: u64,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -713,6 +723,18 @@ impl Config {
                 None
             }
         });
+        let tls = server.and_then(|s| {
+            tls::validate_tls(
+                s.tls_cert.as_ref(),
+                s.tls_key.as_ref(),
+                public_url.as_ref(),
+                &mut errs,
+            )
+        });
+        let shutdown_grace_secs = server.map_or(DEFAULT_SHUTDOWN_GRACE_SECS, |s| {
+            tls::validate_grace(s.shutdown_grace_secs, &mut errs);
+            s.shutdown_grace_secs
+        });
         let listen = server.and_then(|s| match s.listen.parse::<SocketAddr>() {
             Ok(a) => Some(a),
             Err(e) => {
@@ -974,6 +996,8 @@ impl Config {
                     keys,
                     tokens,
                     session,
+                    tls,
+                    shutdown_grace_secs,
                 })
             }
             _ => Err(ConfigError(errs)),

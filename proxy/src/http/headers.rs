@@ -5,6 +5,10 @@
 //! `no-store` unless a handler chose otherwise. The consent page sets its own CSP without
 //! `form-action`: Chrome applies `form-action` to the redirects after a form POST, and
 //! approval redirects to GitHub, denial to the client's (possibly custom-scheme) URI.
+//!
+//! HSTS is sent whenever the public URL is https, whether TLS ends here or at a load balancer
+//! in front: the proxy is then reachable only over https by configuration, and browsers ignore
+//! the header on plain-HTTP responses (RFC 6797 §8.1), so it never reaches a loopback dev setup.
 
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -34,5 +38,19 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
     );
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// `Strict-Transport-Security`: two years, subdomains included (no `preload`: that is the
+/// operator's decision for their domain).
+pub const HSTS: &str = "max-age=63072000; includeSubDomains";
+
+/// Middleware adding HSTS (layered only when the public URL is https).
+pub async fn hsts(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    resp.headers_mut().insert(
+        header::STRICT_TRANSPORT_SECURITY,
+        HeaderValue::from_static(HSTS),
+    );
     resp
 }

@@ -93,13 +93,28 @@ pub fn router(app: App) -> Router {
         .route("/mcp", any(mcp::mcp))
         .layer(DefaultBodyLimit::max(MAX_MCP_BODY))
         .layer(mcp_cors);
-    api.merge(browser)
+    let https = !app.config.public_url.is_http();
+    let drain = app.drain.clone();
+    let routes = api
+        .merge(browser)
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
         .fallback(browser::not_found)
-        .layer(axum::middleware::from_fn(headers::security_headers))
+        .layer(axum::middleware::from_fn(headers::security_headers));
+    // HSTS whenever the public URL is https, TLS terminated here or in front (headers.rs).
+    let routes = if https {
+        routes.layer(axum::middleware::from_fn(headers::hsts))
+    } else {
+        routes
+    };
+    routes
         .layer(axum::middleware::from_fn(request_id::request_id))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        // Streaming bodies end cleanly at the shutdown grace deadline (shutdown.rs).
+        .layer(axum::middleware::map_response_with_state(
+            drain,
+            crate::shutdown::bound_streams,
+        ))
         .with_state(app)
 }
 
@@ -119,6 +134,24 @@ pub async fn serve(
     });
     // The peer address reaches handlers as `ConnectInfo<SocketAddr>` (client IP for rate limits
     // and audit, with forwarded headers trusted only from configured proxies).
+    axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+/// [`serve`] over TLS: the listener completes handshakes (and sets TCP_NODELAY) before
+/// connections reach axum; graceful shutdown and `ConnectInfo<SocketAddr>` are the same.
+pub async fn serve_tls(
+    listener: crate::tls::TlsListener,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // `tap_io` is what gives a custom listener's peer address to `ConnectInfo`.
+    let listener = listener.tap_io(|_| {});
     axum::serve(
         listener,
         router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),

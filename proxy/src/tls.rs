@@ -1,0 +1,302 @@
+//! TLS termination with rustls: certificate chain and key from PEM files, TLS 1.2 and 1.3 only
+//! with rustls' default suites (AEAD and forward-secret only), ALPN `h2` + `http/1.1`. The
+//! certificate sits behind a swappable resolver, so a reload (SIGHUP) applies to new handshakes
+//! while open connections keep what they negotiated; a failed reload keeps the old one.
+//! Handshakes run off the accept loop with a timeout, so a slow client cannot stall others.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ServerConfig, version};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::config::TlsFiles;
+
+/// A handshake must complete within this, or the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; connections beyond this are closed at once.
+const MAX_PENDING_HANDSHAKES: usize = 1024;
+
+/// Why a certificate or key could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("{path}: {error}")]
+    Read {
+        /// Which file.
+        path: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A file is not the PEM expected.
+    #[error("{path}: {reason}")]
+    Pem {
+        /// Which file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// rustls refused the pair (unsupported key type, key not matching the certificate).
+    #[error("{cert} / {key}: {error}")]
+    Unusable {
+        /// Certificate file.
+        cert: String,
+        /// Key file.
+        key: String,
+        /// rustls' reason.
+        error: rustls::Error,
+    },
+}
+
+/// The provider used for serving: ring, the same as the rest of the process.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Loads a certificate chain and its private key from PEM files and checks they belong
+/// together.
+pub fn load_certified_key(files: &TlsFiles) -> Result<CertifiedKey, TlsError> {
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|error| TlsError::Read {
+            path: p.display().to_string(),
+            error,
+        })
+    };
+    let cert_path = files.cert.display().to_string();
+    let key_path = files.key.display().to_string();
+    let cert_pem = read(&files.cert)?;
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: cert_path.clone(),
+            reason: format!("not a PEM certificate chain: {e}"),
+        })?;
+    if chain.is_empty() {
+        return Err(TlsError::Pem {
+            path: cert_path,
+            reason: "no CERTIFICATE block found".to_owned(),
+        });
+    }
+    let key_pem = read(&files.key)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
+        path: key_path.clone(),
+        reason: format!("no PKCS#8, PKCS#1 or SEC1 private key found: {e}"),
+    })?;
+    CertifiedKey::from_der(chain, key, &provider()).map_err(|error| TlsError::Unusable {
+        cert: cert_path,
+        key: key_path,
+        error,
+    })
+}
+
+/// Hands every handshake the current certificate; [`CertResolver::reload`] swaps it.
+#[derive(Debug)]
+pub struct CertResolver {
+    files: TlsFiles,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl CertResolver {
+    /// Loads the certificate once.
+    pub fn load(files: TlsFiles) -> Result<CertResolver, TlsError> {
+        let key = load_certified_key(&files)?;
+        Ok(CertResolver {
+            files,
+            current: RwLock::new(Arc::new(key)),
+        })
+    }
+
+    /// Reads the files again; on success new handshakes use the new certificate, on failure
+    /// the old one stays (and the error is returned for the log).
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let key = Arc::new(load_certified_key(&self.files)?);
+        // A poisoned lock only means a panic elsewhere while swapping an Arc: the value is whole.
+        let mut slot = self.current.write().unwrap_or_else(|p| p.into_inner());
+        *slot = key;
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// The TLS side of the server: configuration plus the reloadable certificate.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    resolver: Arc<CertResolver>,
+    config: Arc<ServerConfig>,
+}
+
+impl Tls {
+    /// Loads the certificate and builds the rustls configuration.
+    pub fn new(files: &TlsFiles) -> Result<Tls, TlsError> {
+        let resolver = Arc::new(CertResolver::load(files.clone())?);
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&version::TLS13, &version::TLS12])
+            .map_err(|error| TlsError::Unusable {
+                cert: files.cert.display().to_string(),
+                key: files.key.display().to_string(),
+                error,
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver.clone());
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Tls {
+            resolver,
+            config: Arc::new(config),
+        })
+    }
+
+    /// Reloads the certificate from its files, logging the outcome; the old one stays on error.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        match self.resolver.reload() {
+            Ok(()) => {
+                tracing::info!(cert = %self.resolver.files.cert.display(), "TLS certificate reloaded");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "TLS certificate reload failed; keeping the current certificate");
+                Err(e)
+            }
+        }
+    }
+
+    /// A listener that completes TLS handshakes on `tcp`.
+    pub fn listener(&self, tcp: TcpListener) -> TlsListener {
+        TlsListener {
+            tcp,
+            acceptor: TlsAcceptor::from(self.config.clone()),
+            handshakes: JoinSet::new(),
+        }
+    }
+}
+
+type Handshake = Option<(TlsStream<TcpStream>, SocketAddr)>;
+
+/// Accepts TCP connections and yields them once their TLS handshake has completed.
+pub struct TlsListener {
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+    handshakes: JoinSet<Handshake>,
+}
+
+impl TlsListener {
+    fn start_handshake(&mut self, tcp: TcpStream, peer: SocketAddr) {
+        if self.handshakes.len() >= MAX_PENDING_HANDSHAKES {
+            tracing::warn!(%peer, "too many TLS handshakes in progress; closing connection");
+            return;
+        }
+        // TCP_NODELAY before the handshake: it is small back-and-forth messages too.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+        let acceptor = self.acceptor.clone();
+        self.handshakes.spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => Some((stream, peer)),
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    None
+                }
+            }
+        });
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    // Cancel-safe: both awaited operations are, and all state lives in `self`.
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            tokio::select! {
+                accepted = self.tcp.accept() => match accepted {
+                    Ok((tcp, peer)) => self.start_handshake(tcp, peer),
+                    Err(e) => accept_error(e).await,
+                },
+                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
+                    if let Ok(Some(ready)) = done {
+                        return ready;
+                    }
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// Per-connection errors are the peer's business; others (e.g. out of file descriptors) are
+/// logged and retried after a pause instead of spinning.
+async fn accept_error(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accept failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &Path, cert: &str, key: &str) -> TlsFiles {
+        let c = dir.join("cert.pem");
+        let k = dir.join("key.pem");
+        std::fs::write(&c, cert).unwrap();
+        std::fs::write(&k, key).unwrap();
+        TlsFiles { cert: c, key: k }
+    }
+
+    #[test]
+    fn missing_and_garbage_files_are_readable_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = TlsFiles {
+            cert: dir.path().join("nope.pem"),
+            key: dir.path().join("nope.key"),
+        };
+        let e = load_certified_key(&absent).unwrap_err().to_string();
+        assert!(e.contains("nope.pem"), "{e}");
+        let f = files(dir.path(), "hello", "world");
+        let e = load_certified_key(&f).unwrap_err().to_string();
+        assert!(e.contains("no CERTIFICATE block"), "{e}");
+        let f = files(
+            dir.path(),
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+            "not a key",
+        );
+        let e = load_certified_key(&f).unwrap_err().to_string();
+        assert!(e.contains("key.pem") && e.contains("private key"), "{e}");
+    }
+}

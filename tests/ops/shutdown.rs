@@ -1,0 +1,327 @@
+//! Graceful shutdown of the real binary: SIGTERM while SSE streams run through `/mcp`. A stream
+//! that ends within the grace period completes; one that would not is ended cleanly (a complete
+//! chunked response, no reset) at the deadline; the port refuses new connections right away;
+//! the store is flushed and the exit status is 0.
+//!
+//! Uses `target/release/mcp-oauth-proxy` or `target/debug/…` if newer than the proxy's
+//! sources (`MCP_CRASH_BIN` overrides), else builds the debug binary first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::support::mcp::{Mcp, sse_messages};
+use crate::support::{Options, TestProxy};
+
+/// Grace period in the test configuration.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// The proxy binary to run, built first if the newest one is older than the sources.
+pub(super) fn proxy_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("MCP_CRASH_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/integration-… → target/
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.parent().unwrap().parent().unwrap().parent().unwrap();
+    let name = format!("mcp-oauth-proxy{}", std::env::consts::EXE_SUFFIX);
+    let fresh = ["release", "debug"]
+        .iter()
+        .map(|p| target.join(p).join(&name))
+        .find(|p| p.is_file() && !older_than_sources(p));
+    if let Some(bin) = fresh {
+        return bin;
+    }
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let debug = target.join("debug").join(&name);
+    if debug.is_file() && !older_than_sources(&debug) {
+        return debug;
+    }
+    eprintln!("building the proxy binary for the process tests");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "mcp-oauth-proxy", "--bin", "mcp-oauth-proxy"])
+        .env("CARGO_TARGET_DIR", target)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .status()
+        .unwrap();
+    assert!(status.success(), "building mcp-oauth-proxy failed");
+    debug
+}
+
+/// Whether any file under `proxy/src` is newer than the binary.
+fn older_than_sources(bin: &Path) -> bool {
+    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+        std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                if meta.is_dir() {
+                    newest(&e.path())
+                } else {
+                    meta.modified().ok()
+                }
+            })
+            .max()
+    }
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/src");
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
+    matches!((newest(&sources), built), (Some(src), Some(bin)) if src > bin)
+}
+
+/// A free loopback port.
+pub(super) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The proxy as a child process, killed if the test ends early.
+pub(super) struct Process {
+    child: Child,
+    /// Where its output goes.
+    pub log: PathBuf,
+}
+
+impl Process {
+    /// Starts `serve --config <config>`.
+    pub fn start(config: &Path) -> Process {
+        let log = config.with_extension("log");
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let child = Command::new(proxy_binary())
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .env_remove("MCP_OAUTH_PROXY_LOG_JSON")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        Process { child, log }
+    }
+
+    /// Sends a signal by name (`TERM`, `HUP`) with kill(1).
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// Whether it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Waits for the exit, at most `bound`.
+    pub async fn wait(&mut self, bound: Duration) -> ExitStatus {
+        let end = Instant::now() + bound;
+        loop {
+            if let Some(s) = self.exited() {
+                return s;
+            }
+            assert!(
+                Instant::now() < end,
+                "still running {bound:?} later; log:\n{}",
+                self.log_text()
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `url` answers 200 (with `http`), failing with the log if it exits first.
+    pub async fn wait_ready(&mut self, http: &reqwest::Client, url: &str) {
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = self.exited() {
+                panic!("the proxy exited ({s}):\n{}", self.log_text());
+            }
+            if let Ok(Ok(r)) = timeout(Duration::from_secs(2), http.get(url).send()).await
+                && r.status() == 200
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "not ready in 30 s:\n{}",
+                self.log_text()
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Its output so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads a response to its end; the text and whether it ended cleanly (no transport error).
+async fn read_to_end(
+    mut resp: reqwest::Response,
+    mut text: String,
+) -> (String, Result<(), String>) {
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => text.push_str(&String::from_utf8_lossy(&c)),
+            Ok(None) => return (text, Ok(())),
+            Err(e) => {
+                let mut cause: &dyn std::error::Error = &e;
+                while let Some(inner) = cause.source() {
+                    cause = inner;
+                }
+                return (text, Err(cause.to_string()));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_finishes_short_streams_ends_long_ones_cleanly_refuses_new_connections_and_exits_0()
+{
+    // The in-process proxy is only there for its fake GitHub and demo backend, which the
+    // binary uses too; the flow helpers then talk to the binary through `base`.
+    let mut helper = TestProxy::start_with(Options {
+        backend: true,
+        ..Options::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    helper
+        .github
+        .set_callback_url(&format!("{base}/callback/github"));
+    let config = dir.path().join("proxy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[server]
+public_url = "{base}"
+listen = "127.0.0.1:{port}"
+shutdown_grace_secs = {grace}
+[github]
+client_id = "gh-client-id"
+client_secret = "gh-client-secret"
+scopes = ["read:user", "repo"]
+authorize_url = "{a}"
+token_url = "{t}"
+api_url = "{api}"
+[store]
+path = {store:?}
+[backend]
+url = "{backend}"
+auth = "github_token"
+"#,
+            grace = GRACE.as_secs(),
+            a = helper.github.authorize_url(),
+            t = helper.github.token_url(),
+            api = helper.github.api_url(),
+            store = dir.path().join("store").display().to_string(),
+            backend = helper.backend().url(),
+        ),
+    )
+    .unwrap();
+    let mut proxy = Process::start(&config);
+    proxy
+        .wait_ready(
+            &crate::support::http(),
+            &format!("{base}/.well-known/oauth-authorization-server"),
+        )
+        .await;
+    helper.base = base.clone();
+    let mut mcp = Mcp::for_user(&helper, "alice").await;
+    mcp.initialize(false).await;
+
+    let call = |id: u64, count: u64, delay_ms: u64| {
+        mcp.post(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "slow_count", "arguments": {"count": count, "delay_ms": delay_ms}}}))
+            .send()
+    };
+    // Ends 1.6 s after the start, well inside the grace period.
+    let mut short = call(1, 4, 400).await.unwrap();
+    // Would run 25 s: longer than the grace period.
+    let mut long = call(2, 50, 500).await.unwrap();
+    assert_eq!(short.status(), 200);
+    assert_eq!(long.status(), 200);
+    let short_first = String::from_utf8_lossy(&short.chunk().await.unwrap().unwrap()).into_owned();
+    let long_first = String::from_utf8_lossy(&long.chunk().await.unwrap().unwrap()).into_owned();
+
+    proxy.signal("TERM");
+    let signalled = Instant::now();
+    let short = tokio::spawn(read_to_end(short, short_first));
+    let long = tokio::spawn(read_to_end(long, long_first));
+
+    // The listener closes at once: a new connection is refused, not queued.
+    let refused_by = signalled + Duration::from_secs(2);
+    loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            other => {
+                assert!(
+                    Instant::now() < refused_by,
+                    "new connections still accepted 2 s after SIGTERM: {other:?}"
+                );
+                drop(other);
+                sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    assert!(
+        proxy.exited().is_none(),
+        "the proxy must wait for the streams"
+    );
+
+    let (text, ended) = short.await.unwrap();
+    assert_eq!(ended, Ok(()), "the short stream ended cleanly");
+    let msgs = sse_messages(&text);
+    assert_eq!(
+        msgs.len(),
+        5,
+        "4 progress notifications and the result: {text}"
+    );
+    assert_eq!(msgs[4]["result"]["content"][0]["text"], "counted to 4");
+
+    let (text, ended) = long.await.unwrap();
+    let cut_after = signalled.elapsed();
+    assert_eq!(
+        ended,
+        Ok(()),
+        "the long stream was closed cleanly at the deadline (complete chunked body), not reset"
+    );
+    let msgs = sse_messages(&text);
+    assert!(
+        !msgs.is_empty() && msgs.iter().all(|m| m.get("result").is_none()),
+        "progress only, no result: {text}"
+    );
+    assert!(
+        cut_after >= GRACE - Duration::from_millis(200)
+            && cut_after < GRACE + Duration::from_secs(4),
+        "the long stream ended at the grace deadline ({GRACE:?}), not after {cut_after:?}"
+    );
+
+    let status = proxy.wait(Duration::from_secs(10)).await;
+    let log = proxy.log_text();
+    assert_eq!(status.code(), Some(0), "exit status; log:\n{log}");
+    assert!(log.contains("store flushed"), "{log}");
+    assert!(log.contains("grace period over"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
