@@ -43,11 +43,15 @@ pub enum AuditEvent {
         client_id: ClientId,
         /// Scopes.
         scopes: String,
+        /// Warnings the page showed when the person decided.
+        warnings: Vec<String>,
     },
     /// The person denied.
     ConsentDenied {
         /// Client.
         client_id: ClientId,
+        /// Warnings the page showed when the person decided.
+        warnings: Vec<String>,
     },
     /// A consent was recorded for a person after GitHub confirmed who they are.
     ConsentRecorded {

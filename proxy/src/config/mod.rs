@@ -12,6 +12,9 @@ use url::Url;
 use crate::crypto::{self, Key};
 use crate::ids::ClientSecret;
 
+mod clients;
+pub use clients::{CimdPolicy, PreregisteredClient};
+
 /// Where environment variables come from (the process, or a map in tests).
 pub trait Env {
     /// The variable's value, if set.
@@ -56,6 +59,10 @@ struct RawConfig {
     backend: Option<RawBackend>,
     #[serde(default)]
     connect: RawConnect,
+    #[serde(default)]
+    clients: Vec<clients::RawClient>,
+    #[serde(default)]
+    cimd: clients::RawCimd,
 }
 
 #[derive(Debug, Deserialize)]
@@ -235,6 +242,10 @@ pub struct Config {
     pub backend: Option<BackendConfig>,
     /// Connect links.
     pub connect: ConnectPolicy,
+    /// Clients configured ahead of time (`[[clients]]`).
+    pub clients: Vec<PreregisteredClient>,
+    /// Client ID Metadata Documents (`[cimd]`).
+    pub cimd: CimdPolicy,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -936,9 +947,14 @@ impl Config {
             ));
         }
 
+        let clients = clients::validate_clients(&raw.clients, &mut errs);
+        let cimd = clients::validate_cimd(&raw.cimd, &mut errs);
+
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
+                    clients,
+                    cimd,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,

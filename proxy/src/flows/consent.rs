@@ -94,6 +94,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
             app.audit
                 .record(AuditEvent::ConsentDenied {
                     client_id: txn.client_id.clone(),
+                    warnings: txn.warnings.clone(),
                 })
                 .await?;
             Ok(ConsentOutcome::ToClient(issuer::client_redirect(
@@ -106,6 +107,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
         Decision::Approve => {
             let scopes = txn.scopes.to_wire();
             let client_id = txn.client_id.clone();
+            let warnings = txn.warnings.clone();
             let now = app.clock.now();
             let started = browser_state::begin(
                 app.store.as_ref(),
@@ -119,7 +121,11 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
             )
             .await?;
             app.audit
-                .record(AuditEvent::ConsentApproved { client_id, scopes })
+                .record(AuditEvent::ConsentApproved {
+                    client_id,
+                    scopes,
+                    warnings,
+                })
                 .await?;
             Ok(ConsentOutcome::ToGitHub {
                 url: app
