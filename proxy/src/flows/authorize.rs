@@ -237,7 +237,12 @@ async fn warnings(
         out.push(WarningView {
             title: "This application was registered moments ago".to_owned(),
             detail: format!(
-                "It was registered {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
+                "{} {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
+                if matches!(resolved.kind, ClientKind::MetadataDocument { .. }) {
+                    "This server first saw it"
+                } else {
+                    "It was registered"
+                },
                 ago(now, client.registered_at)
             ),
         });
@@ -255,7 +260,7 @@ async fn warnings(
             && !host.eq_ignore_ascii_case(&redirect.host())
         {
             out.push(WarningView {
-                title: "Access goes to a different site than the application's".to_owned(),
+                title: "Access goes to a different site than where this application is published".to_owned(),
                 detail: format!(
                     "This application is published at {host}, but your authorization would be sent to {}. Approve only if you trust both.",
                     redirect.host()
