@@ -26,6 +26,16 @@ mod bindings {
     mod redirect;
 }
 
+/// Configured clients, Client ID Metadata Documents (and the SSRF-safe fetch), consent
+/// warnings.
+mod clients {
+    mod cimd;
+    mod doc_server;
+    mod preregistered;
+    mod ssrf;
+    mod warnings;
+}
+
 /// Connect links, refusals by protocol version, and token exchange (DESIGN.md §5–7).
 mod connect {
     mod exchange;

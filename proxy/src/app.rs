@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use crate::audit::Audit;
+use crate::clients::Directory;
+use crate::clients::fetch::{Resolver, SystemResolver};
 use crate::clock::SharedClock;
 use crate::config::{Config, Keys};
 use crate::github::client::{GitHubClient, GitHubError};
@@ -40,6 +42,8 @@ pub struct Inner {
     pub backend_http: Option<reqwest::Client>,
     /// The shutdown grace deadline that ends streaming responses.
     pub drain: crate::shutdown::Drain,
+    /// Client lookup: configured, metadata-document and registered clients.
+    pub clients: Directory,
 }
 
 impl std::ops::Deref for App {
@@ -56,6 +60,18 @@ impl App {
         keys: Keys,
         store: SharedStore,
         clock: SharedClock,
+    ) -> Result<App, GitHubError> {
+        App::new_with_resolver(config, keys, store, clock, Arc::new(SystemResolver))
+    }
+
+    /// [`App::new`] with the resolver client metadata documents are fetched through (tests
+    /// inject one to map names to addresses).
+    pub fn new_with_resolver(
+        config: Config,
+        keys: Keys,
+        store: SharedStore,
+        clock: SharedClock,
+        resolver: Arc<dyn Resolver>,
     ) -> Result<App, GitHubError> {
         let github = GitHubClient::new(config.github.clone(), &config.github_callback_url())?;
         let grants = Grants::new(
@@ -85,7 +101,15 @@ impl App {
             ),
             None => None,
         };
+        let clients = Directory::new(
+            &config,
+            store.clone(),
+            clock.clone(),
+            offered_scopes.clone(),
+            resolver,
+        );
         Ok(App(Arc::new(Inner {
+            clients,
             backend_http,
             config,
             keys,

@@ -6,6 +6,7 @@
 pub mod app;
 pub mod audit;
 pub mod bindings;
+pub mod clients;
 pub mod clock;
 pub mod config;
 pub mod cookies;

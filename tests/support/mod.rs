@@ -57,6 +57,8 @@ pub struct Options {
     pub replica_of: Option<Replica>,
     /// Use PostgreSQL (a fresh schema) even without `MCP_TEST_STORE=postgres`.
     pub postgres: bool,
+    /// The resolver client metadata documents are fetched through (default: the system's).
+    pub client_resolver: Option<Arc<dyn mcp_oauth_proxy::clients::fetch::Resolver>>,
 }
 
 /// What replicas of one proxy share.
@@ -228,7 +230,11 @@ path = "/nonexistent-tests-use-a-temporary-store"
             schema,
             public_url: base.clone(),
         };
-        let app = App::new(config, keys, store, clock.clone()).unwrap();
+        let app = match opts.client_resolver {
+            Some(r) => App::new_with_resolver(config, keys, store, clock.clone(), r),
+            None => App::new(config, keys, store, clock.clone()),
+        }
+        .unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let serving = app.clone();
         tokio::spawn(async move {

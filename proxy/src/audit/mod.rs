@@ -57,6 +57,8 @@ pub enum AuditEvent {
         user_id: Option<UserId>,
         /// The registered redirect URI the consent is for.
         redirect_uri: String,
+        /// Warnings the page showed when the person decided.
+        warnings: Vec<String>,
     },
     /// The person denied.
     ConsentDenied {
@@ -67,6 +69,8 @@ pub enum AuditEvent {
         user_id: Option<UserId>,
         /// The registered redirect URI the request named.
         redirect_uri: String,
+        /// Warnings the page showed when the person decided.
+        warnings: Vec<String>,
     },
     /// A consent was recorded for a person after GitHub confirmed who they are.
     ConsentRecorded {

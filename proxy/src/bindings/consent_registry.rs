@@ -1,7 +1,9 @@
 //! Binding: person ↔ MCP client ↔ redirect URI ↔ scopes. The registry is server-side and is
 //! consulted before anything is sent to GitHub. A consent covers one (person, client,
-//! registered redirect URI) and a scope set; a new client, a new redirect URI or more scopes
-//! are not covered and need the consent page again.
+//! registered redirect URI) and a scope set, and records the fingerprint of the client's
+//! metadata it was given for (`clients::fingerprint`); a new client, a new redirect URI, more
+//! scopes, or a client whose metadata changed (a new metadata document, an edited configured
+//! client) are not covered and need the consent page again.
 
 use super::browser_state::BrowserBound;
 use super::redirect::RedirectMatched;
@@ -49,18 +51,36 @@ fn user_prefix(user: &UserId) -> String {
     format!("{}|", user.as_str())
 }
 
-/// Looks up a remembered consent covering this request.
+/// Whether a stored consent was given for the client as it is now. Records from before
+/// fingerprints can only be for registered clients (the only kind there was), whose
+/// metadata never changes.
+fn same_client(rec: &ConsentRecord, fingerprint: &str) -> bool {
+    match &rec.client_fingerprint {
+        Some(f) => f == fingerprint,
+        None => rec
+            .client_id
+            .as_str()
+            .starts_with(crate::oauth::grant::CLIENT_PREFIX),
+    }
+}
+
+/// Looks up a remembered consent covering this request, given for the client metadata with
+/// this `fingerprint`.
 pub async fn lookup(
     store: &dyn Store,
     user: &UserId,
     redirect: &RedirectMatched,
     scopes: &ScopeSet,
+    fingerprint: &str,
 ) -> Result<Option<ConsentGranted>, StoreError> {
     let k = key(user, redirect.client_id(), redirect.registered());
     let rec: Option<ConsentRecord> = store.get_json(Keyspace::Consents, &k).await?;
     Ok(rec
         .filter(|r| {
-            r.user_id == *user && r.client_id == *redirect.client_id() && r.scopes.covers(scopes)
+            r.user_id == *user
+                && r.client_id == *redirect.client_id()
+                && r.scopes.covers(scopes)
+                && same_client(r, fingerprint)
         })
         .map(|_| ConsentGranted {
             user_id: user.clone(),
@@ -77,14 +97,18 @@ pub async fn record(
     user: &UserId,
     redirect: RedirectMatched,
     scopes: ScopeSet,
+    fingerprint: &str,
     _approved_in_this_browser: &BrowserBound<UpstreamStateRecord>,
 ) -> Result<ConsentGranted, StoreError> {
     let k = key(user, redirect.client_id(), redirect.registered());
     let previous: Option<ConsentRecord> = store.get_json(Keyspace::Consents, &k).await?;
-    // The person approved `scopes` now and whatever the earlier record holds before.
+    // The person approved `scopes` now and whatever the earlier record holds before, as long
+    // as that was for the same client metadata.
     let union = match &previous {
-        Some(p) => ScopeSet::from_list(p.scopes.iter().chain(scopes.iter()).map(str::to_owned)),
-        None => scopes.clone(),
+        Some(p) if same_client(p, fingerprint) => {
+            ScopeSet::from_list(p.scopes.iter().chain(scopes.iter()).map(str::to_owned))
+        }
+        _ => scopes.clone(),
     };
     let rec = ConsentRecord {
         user_id: user.clone(),
@@ -93,6 +117,7 @@ pub async fn record(
         scopes: union,
         granted_at: now,
         last_used_at: previous.and_then(|p| p.last_used_at),
+        client_fingerprint: Some(fingerprint.to_owned()),
     };
     store.put_json(Keyspace::Consents, &k, &rec, None).await?;
     Ok(ConsentGranted {
@@ -175,7 +200,19 @@ mod tests {
         match_redirect(&ClientId::new(client), &[uri.to_owned()], Some(uri)).unwrap()
     }
 
+    const FP: &str = "fp-1";
+
     async fn put(store: &SledStore, user: &UserId, r: &RedirectMatched, scopes: &str) {
+        put_with(store, user, r, scopes, Some(FP)).await;
+    }
+
+    async fn put_with(
+        store: &SledStore,
+        user: &UserId,
+        r: &RedirectMatched,
+        scopes: &str,
+        fingerprint: Option<&str>,
+    ) {
         let rec = ConsentRecord {
             user_id: user.clone(),
             client_id: r.client_id().clone(),
@@ -183,6 +220,7 @@ mod tests {
             scopes: ScopeSet::parse(scopes).unwrap(),
             granted_at: UnixTime(1),
             last_used_at: None,
+            client_fingerprint: fingerprint.map(str::to_owned),
         };
         store
             .put_json(
@@ -206,9 +244,9 @@ mod tests {
         let a = redirect("client-a", "https://a.example/cb");
         put(&s, &alice, &a, "read:user").await;
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(lookup(&s, &alice, &a, &scopes).await.unwrap().is_some());
+        assert!(lookup(&s, &alice, &a, &scopes, FP).await.unwrap().is_some());
         let b = redirect("client-b", "https://a.example/cb");
-        assert!(lookup(&s, &alice, &b, &scopes).await.unwrap().is_none());
+        assert!(lookup(&s, &alice, &b, &scopes, FP).await.unwrap().is_none());
     }
 
     #[tokio::test]
@@ -218,7 +256,7 @@ mod tests {
         put(&s, &UserId::github(1), &a, "read:user").await;
         let scopes = ScopeSet::parse("read:user").unwrap();
         assert!(
-            lookup(&s, &UserId::github(2), &a, &scopes)
+            lookup(&s, &UserId::github(2), &a, &scopes, FP)
                 .await
                 .unwrap()
                 .is_none()
@@ -232,7 +270,7 @@ mod tests {
         let a = redirect("client-a", "https://a.example/cb");
         put(&s, &alice, &a, "read:user").await;
         let more = ScopeSet::parse("read:user repo").unwrap();
-        assert!(lookup(&s, &alice, &a, &more).await.unwrap().is_none());
+        assert!(lookup(&s, &alice, &a, &more, FP).await.unwrap().is_none());
     }
 
     #[tokio::test]
@@ -250,7 +288,7 @@ mod tests {
             match_redirect(&ClientId::new("c"), &regs, Some("https://other.example/cb")).unwrap();
         let scopes = ScopeSet::parse("read:user").unwrap();
         assert!(
-            lookup(&s, &alice, &second, &scopes)
+            lookup(&s, &alice, &second, &scopes, FP)
                 .await
                 .unwrap()
                 .is_none()
@@ -268,7 +306,12 @@ mod tests {
         let later =
             match_redirect(&ClientId::new("c"), &regs, Some("http://127.0.0.1:6000/cb")).unwrap();
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(lookup(&s, &alice, &later, &scopes).await.unwrap().is_some());
+        assert!(
+            lookup(&s, &alice, &later, &scopes, FP)
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[tokio::test]
@@ -283,6 +326,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn changed_client_metadata_requires_reconsent() {
+        let s = store();
+        let alice = UserId::github(1);
+        let a = redirect("https://app.example/client.json", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        assert!(lookup(&s, &alice, &a, &scopes, FP).await.unwrap().is_some());
+        assert!(
+            lookup(&s, &alice, &a, &scopes, "fp-2")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn consents_from_before_fingerprints_cover_only_registered_clients() {
+        let s = store();
+        let alice = UserId::github(1);
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        let dcr = redirect("mcpc_abc", "https://a.example/cb");
+        put_with(&s, &alice, &dcr, "read:user", None).await;
+        assert!(
+            lookup(&s, &alice, &dcr, &scopes, FP)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        let doc = redirect("https://app.example/c.json", "https://a.example/cb");
+        put_with(&s, &alice, &doc, "read:user", None).await;
+        assert!(
+            lookup(&s, &alice, &doc, &scopes, FP)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
     async fn revoked_consent_is_gone() {
         let s = store();
         let alice = UserId::github(1);
@@ -290,6 +372,6 @@ mod tests {
         put(&s, &alice, &a, "read:user").await;
         assert_eq!(revoke_client(&s, &alice, a.client_id()).await.unwrap(), 1);
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(lookup(&s, &alice, &a, &scopes).await.unwrap().is_none());
+        assert!(lookup(&s, &alice, &a, &scopes, FP).await.unwrap().is_none());
     }
 }

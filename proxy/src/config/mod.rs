@@ -16,6 +16,8 @@ mod audit;
 pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
 mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
+mod clients;
+pub use clients::{CimdPolicy, PreregisteredClient};
 
 /// Where environment variables come from (the process, or a map in tests).
 pub trait Env {
@@ -66,6 +68,10 @@ struct RawConfig {
     #[serde(default)]
     alerts: audit::RawAlerts,
     webhook: Option<audit::RawWebhook>,
+    #[serde(default)]
+    clients: Vec<clients::RawClient>,
+    #[serde(default)]
+    cimd: clients::RawCimd,
 }
 
 #[derive(Debug, Deserialize)]
@@ -259,6 +265,10 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// On SIGTERM, how long in-flight requests and streams may take before they are closed.
     pub shutdown_grace_secs: u64,
+    /// Clients configured ahead of time (`[[clients]]`).
+    pub clients: Vec<PreregisteredClient>,
+    /// Client ID Metadata Documents (`[cimd]`).
+    pub cimd: CimdPolicy,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -973,6 +983,8 @@ impl Config {
         }
 
         let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, &mut errs);
+        let clients = clients::validate_clients(&raw.clients, &mut errs);
+        let cimd = clients::validate_cimd(&raw.cimd, &mut errs);
 
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
@@ -980,6 +992,8 @@ impl Config {
                     log: audit.log,
                     alerts: audit.alerts,
                     webhook: audit.webhook,
+                    clients,
+                    cimd,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,

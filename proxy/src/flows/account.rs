@@ -15,7 +15,6 @@ use crate::ids::ClientId;
 use crate::oauth::request::Params;
 use crate::session::{self, Session};
 use crate::store::records::{ClientRecord, FlowPurpose, ReturnTo};
-use crate::store::{Keyspace, StoreExt};
 
 /// What `/account` answers.
 #[derive(Debug)]
@@ -82,10 +81,7 @@ pub async fn show(
     let allowed = super::github_access::allowances(app, &s.record.user_id).await?;
     let mut rows = Vec::new();
     for c in consent_registry::list(app.store.as_ref(), &s.record.user_id).await? {
-        let client: Option<ClientRecord> = app
-            .store
-            .get_json(Keyspace::Clients, c.client_id.as_str())
-            .await?;
+        let client: Option<ClientRecord> = app.clients.known(&c.client_id).await?;
         let host = url::Url::parse(&c.redirect_uri)
             .ok()
             .and_then(|u| u.host_str().map(str::to_owned))

@@ -12,6 +12,7 @@ use crate::audit::AuditEvent;
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::{self, RedirectMatched};
 use crate::bindings::{audience, consent_registry};
+use crate::clients::{ClientKind, ClientsError, ResolvedClient};
 use crate::clock::ago;
 use crate::crypto;
 use crate::csrf;
@@ -22,7 +23,7 @@ use crate::oauth::pkce::CodeChallenge;
 use crate::oauth::request::AuthorizeQuery;
 use crate::oauth::scope::ScopeSet;
 use crate::session;
-use crate::store::records::{ClientRecord, SeenHostRecord, TxnRecord};
+use crate::store::records::{SeenHostRecord, TxnRecord};
 use crate::store::{Keyspace, StoreExt};
 
 /// How long a person has to decide on the consent page.
@@ -65,11 +66,13 @@ pub async fn authorize(
             .clone()
             .ok_or(FlowError::Page(pages::UNKNOWN_CLIENT))?,
     );
-    let client: ClientRecord = app
-        .store
-        .get_json(Keyspace::Clients, client_id.as_str())
-        .await?
-        .ok_or(FlowError::Page(pages::UNKNOWN_CLIENT))?;
+    let resolved = match app.clients.resolve(&client_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return Err(FlowError::Page(pages::UNKNOWN_CLIENT)),
+        Err(ClientsError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(FlowError::Page(pages::client_unverifiable(e.description()))),
+    };
+    let client = &resolved.record;
     let redirect = redirect::match_redirect(
         &client.client_id,
         &client.redirect_uris,
@@ -118,13 +121,19 @@ pub async fn authorize(
     //    cross-site, and a GitHub grant that still works.
     let session = session::current(app.store.as_ref(), input.session_cookie.as_deref()).await?;
     if let Some(s) = &session
+        && resolved.remember_consent
         && let Some(fresh) =
             s.fresh_for_consent_skip(now, &app.config.session, input.sec_fetch_site.as_deref())
     {
         let usable = app.grants.status(&fresh.user_id).await? == GrantStatus::Usable;
-        let consent =
-            consent_registry::lookup(app.store.as_ref(), &fresh.user_id, &redirect, &scopes)
-                .await?;
+        let consent = consent_registry::lookup(
+            app.store.as_ref(),
+            &fresh.user_id,
+            &redirect,
+            &scopes,
+            &resolved.fingerprint,
+        )
+        .await?;
         if let (true, Some(consent)) = (usable, consent) {
             let url = codes::issue_code(
                 app,
@@ -143,7 +152,10 @@ pub async fn authorize(
     let (browser, set_cookie) = csrf::browser_binding(input.csrf_cookie.as_deref())?;
     let browser = crypto::hash_secret(&browser);
     let txn_id = TxnId::new(crypto::random_token()?);
+    let warnings = warnings(app, &resolved, &redirect).await?;
     let txn = TxnRecord {
+        client_fingerprint: resolved.fingerprint.clone(),
+        warnings: warnings.iter().map(|w| w.title.clone()).collect(),
         client_id: client.client_id.clone(),
         redirect_uri: redirect.uri().to_owned(),
         registered_redirect: redirect.registered().to_owned(),
@@ -163,7 +175,6 @@ pub async fn authorize(
         )
         .await?;
 
-    let warnings = warnings(app, &client, &redirect).await?;
     app.audit
         .record(AuditEvent::ConsentShown {
             client_id: client.client_id.clone(),
@@ -173,12 +184,21 @@ pub async fn authorize(
         .await?;
     let page = ConsentPage {
         client_name: client.display_name(),
-        client_verified: false,
+        client_verified: resolved.verified(),
         client_id: client.client_id.as_str().to_owned(),
-        client_id_host: None,
+        client_id_host: match &resolved.kind {
+            ClientKind::MetadataDocument { host } => Some(host.clone()),
+            _ => None,
+        },
         redirect_uri: redirect.uri().to_owned(),
         redirect_host: redirect.host(),
-        registered_ago: format!("registered {}", ago(now, client.registered_at)),
+        registered_ago: match &resolved.kind {
+            ClientKind::Preregistered => "configured by this server's operators".to_owned(),
+            ClientKind::MetadataDocument { .. } => {
+                format!("first seen {}", ago(now, client.registered_at))
+            }
+            ClientKind::Registered => format!("registered {}", ago(now, client.registered_at)),
+        },
         scopes: scopes.iter().map(scope_view).collect(),
         warnings,
         signed_in_as: session.map(|s| format!("@{}", s.record.login)),
@@ -200,18 +220,29 @@ pub fn consent_binding(txn: &TxnId, browser_hash: &str) -> String {
     format!("{}|{browser_hash}", txn.as_str())
 }
 
+/// The consent page's warnings: quiet for a long-known client sending access to a familiar
+/// host, loud for a new client, a new host, a local program, or a metadata document whose
+/// redirect goes somewhere other than its own host.
 async fn warnings(
     app: &App,
-    client: &ClientRecord,
+    resolved: &ResolvedClient,
     redirect: &RedirectMatched,
 ) -> Result<Vec<WarningView>, FlowError> {
     let now = app.clock.now();
+    let client = &resolved.record;
     let mut out = Vec::new();
-    if now.since(client.registered_at) < NEW_CLIENT_SECS {
+    if resolved.kind != ClientKind::Preregistered
+        && now.since(client.registered_at) < NEW_CLIENT_SECS
+    {
         out.push(WarningView {
             title: "This application was registered moments ago".to_owned(),
             detail: format!(
-                "It was registered {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
+                "{} {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
+                if matches!(resolved.kind, ClientKind::MetadataDocument { .. }) {
+                    "This server first saw it"
+                } else {
+                    "It was registered"
+                },
                 ago(now, client.registered_at)
             ),
         });
@@ -224,14 +255,27 @@ async fn warnings(
                 redirect.host()
             ),
         });
-    } else if !host_is_known(app, &redirect.host()).await? {
-        out.push(WarningView {
-            title: "This destination is new to this server".to_owned(),
-            detail: format!(
-                "No one has approved an application that sends access to {} before. Check that you recognise it.",
-                redirect.host()
-            ),
-        });
+    } else {
+        if let ClientKind::MetadataDocument { host } = &resolved.kind
+            && !host.eq_ignore_ascii_case(&redirect.host())
+        {
+            out.push(WarningView {
+                title: "Access goes to a different site than where this application is published".to_owned(),
+                detail: format!(
+                    "This application is published at {host}, but your authorization would be sent to {}. Approve only if you trust both.",
+                    redirect.host()
+                ),
+            });
+        }
+        if !host_is_known(app, &redirect.host()).await? {
+            out.push(WarningView {
+                title: "This destination is new to this server".to_owned(),
+                detail: format!(
+                    "No one has approved an application that sends access to {} before. Check that you recognise it.",
+                    redirect.host()
+                ),
+            });
+        }
     }
     Ok(out)
 }

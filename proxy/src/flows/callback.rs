@@ -197,6 +197,7 @@ pub async fn github_callback(
                 &user_id,
                 redirect,
                 txn.scopes.clone(),
+                &txn.client_fingerprint,
                 &bound,
             )
             .await?;

@@ -37,13 +37,21 @@ async fn code_issue_facts(
     redirect: &RedirectMatched,
 ) -> Result<detect::CodeIssueFacts, FlowError> {
     let user = consent.user_id();
-    let on_record = consent_registry::lookup(app.store.as_ref(), user, redirect, consent.scopes())
-        .await?
-        .is_some();
-    let client: Option<ClientRecord> = app
-        .store
-        .get_json(Keyspace::Clients, redirect.client_id().as_str())
-        .await?;
+    // Every kind of client (configured, metadata document, registered), without fetching.
+    let client: Option<ClientRecord> = app.clients.known(redirect.client_id()).await?;
+    let fingerprint = client
+        .as_ref()
+        .map(crate::clients::fingerprint)
+        .unwrap_or_default();
+    let on_record = consent_registry::lookup(
+        app.store.as_ref(),
+        user,
+        redirect,
+        consent.scopes(),
+        &fingerprint,
+    )
+    .await?
+    .is_some();
     let host = redirect.host();
     let seen: Option<SeenHostRecord> = app
         .store

@@ -19,7 +19,6 @@ use crate::ids::UserId;
 use crate::oauth::request::Params;
 use crate::session::{self, Session};
 use crate::store::records::{ClientRecord, FlowPurpose, LinkKind, ReturnTo};
-use crate::store::{Keyspace, StoreExt};
 
 /// What the browser gets.
 #[derive(Debug)]
@@ -38,10 +37,7 @@ pub enum ConnectOutcome {
 }
 
 async fn agent_name(app: &App, client: &crate::ids::ClientId) -> Result<String, FlowError> {
-    let c: Option<ClientRecord> = app
-        .store
-        .get_json(Keyspace::Clients, client.as_str())
-        .await?;
+    let c: Option<ClientRecord> = app.clients.known(client).await?;
     Ok(c.map_or_else(|| "An agent".to_owned(), |c| c.display_name()))
 }
 

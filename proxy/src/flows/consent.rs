@@ -102,6 +102,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
                     client_id: txn.client_id.clone(),
                     user_id: person,
                     redirect_uri: txn.registered_redirect.clone(),
+                    warnings: txn.warnings.clone(),
                 })
                 .await?;
             Ok(ConsentOutcome::ToClient(issuer::client_redirect(
@@ -115,6 +116,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
             let scopes = txn.scopes.to_wire();
             let client_id = txn.client_id.clone();
             let redirect_uri = txn.registered_redirect.clone();
+            let warnings = txn.warnings.clone();
             let now = app.clock.now();
             let started = browser_state::begin(
                 app.store.as_ref(),
@@ -133,6 +135,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
                     scopes,
                     user_id: person,
                     redirect_uri,
+                    warnings,
                 })
                 .await?;
             Ok(ConsentOutcome::ToGitHub {

@@ -56,10 +56,7 @@ async fn authenticate_backend(
             Err(INVALID_CLIENT.into())
         };
     }
-    let registered: Option<ClientRecord> = app
-        .store
-        .get_json(Keyspace::Clients, auth.client_id.as_str())
-        .await?;
+    let registered: Option<ClientRecord> = app.clients.known(&auth.client_id).await?;
     if registered.is_some() {
         return Err(OAuthError::new(
             ErrorCode::UnauthorizedClient,
@@ -164,10 +161,7 @@ pub async fn exchange(
                     reason: kind.reason().to_owned(),
                 })
                 .await?;
-            let client: Option<ClientRecord> = app
-                .store
-                .get_json(Keyspace::Clients, rec.client_id.as_str())
-                .await?;
+            let client: Option<ClientRecord> = app.clients.known(&rec.client_id).await?;
             let agent = client.map_or_else(|| "this agent".to_owned(), |c| c.display_name());
             Err(FlowError::ExchangeRefused(json!({
                 "error": "invalid_grant",

@@ -103,6 +103,15 @@ pub mod pages {
         title: "Unknown application",
         message: "The application that sent you here is not registered with this server. Nothing was shared. Go back to the application and try connecting again.",
     };
+    /// A URL client id whose metadata document was refused or could not be fetched; `reason`
+    /// says which rule (no redirect: the client's redirect URIs are unknown).
+    pub const fn client_unverifiable(reason: &'static str) -> PageProblem {
+        PageProblem {
+            status: 400,
+            title: "This application could not be verified",
+            message: reason,
+        }
+    }
     /// Redirect URI mismatch or missing.
     pub const BAD_REDIRECT: PageProblem = PageProblem {
         status: 400,

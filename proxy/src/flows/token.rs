@@ -10,6 +10,7 @@ use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::audience;
 use crate::bindings::consent_registry;
+use crate::clients::ClientsError;
 use crate::clock::UnixTime;
 use crate::crypto;
 use crate::ids::{ClientId, FamilyId, UserId};
@@ -43,11 +44,11 @@ pub async fn authenticate_client(
     let basic = authorization.map(parse_basic).transpose()?;
     let basic_used = basic.is_some();
     let auth = ClientAuth::from_request(basic, p)?;
-    let client: ClientRecord = app
-        .store
-        .get_json(Keyspace::Clients, auth.client_id.as_str())
-        .await?
-        .ok_or(INVALID_CLIENT)?;
+    let client: ClientRecord = match app.clients.get(&auth.client_id).await {
+        Ok(c) => c.ok_or(INVALID_CLIENT)?,
+        Err(ClientsError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(OAuthError::new(ErrorCode::InvalidClient, e.description()).into()),
+    };
     // The registered method must be the one used (RFC 7591 §2): a secret registered for HTTP
     // Basic is not accepted in the form, and the other way round.
     let ok = match (client.auth_method, &auth.secret, &client.secret_hash) {

@@ -415,10 +415,7 @@ async fn refuse(
             })
             .await?;
     }
-    let client: Option<ClientRecord> = app
-        .store
-        .get_json(Keyspace::Clients, t.client_id.as_str())
-        .await?;
+    let client: Option<ClientRecord> = app.clients.known(&t.client_id).await?;
     let agent = client.map_or_else(|| "this agent".to_owned(), |c| c.display_name());
     let url = app.config.public_url.join(&link.path);
     let message = github_access::message(kind, &agent);

@@ -20,7 +20,7 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
     {
         grants.push(crate::flows::exchange::GRANT_TYPE);
     }
-    Json(json!({
+    let mut body = json!({
         "issuer": u.issuer(),
         "authorization_endpoint": u.join("/authorize"),
         "token_endpoint": u.join("/token"),
@@ -34,7 +34,17 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
         "code_challenge_methods_supported": ["S256"],
         "scopes_supported": app.offered_scopes.iter().collect::<Vec<_>>(),
         "authorization_response_iss_parameter_supported": true,
-    }))
+    });
+    if app.clients.cimd_enabled()
+        && let Some(obj) = body.as_object_mut()
+    {
+        // CIMD -01 §4: servers that accept URL client ids say so here.
+        obj.insert(
+            "client_id_metadata_document_supported".into(),
+            Value::Bool(true),
+        );
+    }
+    Json(body)
 }
 
 /// `/.well-known/oauth-protected-resource[/mcp]`.

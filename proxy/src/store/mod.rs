@@ -60,11 +60,13 @@ pub enum Keyspace {
     ConnectLinkIndex,
     /// Short-lived tokens given to exchange-mode backends, by hash.
     BackendTokens,
+    /// Metadata-document clients seen, by `client_id` URL.
+    CimdClients,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 19] = [
+    pub const ALL: [Keyspace; 20] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -84,6 +86,7 @@ impl Keyspace {
         Keyspace::ConnectLinks,
         Keyspace::ConnectLinkIndex,
         Keyspace::BackendTokens,
+        Keyspace::CimdClients,
     ];
 
     /// On-disk name.
@@ -108,6 +111,7 @@ impl Keyspace {
             Keyspace::ConnectLinks => "connect_links",
             Keyspace::ConnectLinkIndex => "connect_link_index",
             Keyspace::BackendTokens => "backend_tokens",
+            Keyspace::CimdClients => "cimd_clients",
         }
     }
 }

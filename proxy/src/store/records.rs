@@ -62,6 +62,12 @@ pub struct TxnRecord {
     pub browser: String,
     /// When it started.
     pub created_at: UnixTime,
+    /// Fingerprint of the client metadata the person is shown (see `clients::fingerprint`).
+    #[serde(default)]
+    pub client_fingerprint: String,
+    /// Titles of the warnings shown on the consent page, for the decision's audit event.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// Why the proxy sent a browser to GitHub.
@@ -150,6 +156,10 @@ pub struct ConsentRecord {
     pub granted_at: UnixTime,
     /// When a code or refresh last used it.
     pub last_used_at: Option<UnixTime>,
+    /// Fingerprint of the client metadata approved (redirect URIs, name, auth method); a
+    /// changed client is not covered. `None` in records from before fingerprints.
+    #[serde(default)]
+    pub client_fingerprint: Option<String>,
 }
 
 /// An authorization code, stored under its hash.
@@ -269,6 +279,17 @@ pub struct GrantRecord {
 pub struct SeenHostRecord {
     /// SHA-256 of each approver's user id.
     pub approvers: Vec<String>,
+}
+
+/// A metadata-document client as last validated, by its URL: when this proxy first saw it
+/// (for the "registered moments ago" warning) and its last valid record (for display only;
+/// authorization always uses a fresh or cached-valid document).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CimdClientRecord {
+    /// First successful fetch.
+    pub first_seen: UnixTime,
+    /// The client as last validated.
+    pub client: ClientRecord,
 }
 
 /// An agent's permission to use a person's GitHub account, with the scopes it may use.

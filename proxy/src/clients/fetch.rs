@@ -1,0 +1,494 @@
+//! Binding: a Client ID Metadata Document URL ↔ the address actually fetched (SSRF defence,
+//! CIMD -01 §6 and MCP security best practices §SSRF). The host is resolved here, every
+//! resolved address must pass [`address_allowed`], and the HTTP client is pinned to exactly
+//! those addresses (no second resolution, so DNS rebinding between check and use cannot
+//! redirect the connection). No redirects, only 200, short timeouts, at most
+//! [`MAX_BODY_BYTES`], and a global outbound rate limit.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use url::{Host, Url};
+
+use crate::clock::UnixTime;
+
+/// The largest document read (CIMD -01 §6.6 recommends 5 KB).
+pub const MAX_BODY_BYTES: usize = 5 * 1024;
+
+/// Resolves host names to addresses. The system resolver in production; tests inject one.
+#[async_trait]
+pub trait Resolver: Send + Sync + 'static {
+    /// All addresses for `host`, with `port` filled in.
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
+}
+
+/// The operating system's resolver, through tokio.
+pub struct SystemResolver;
+
+#[async_trait]
+impl Resolver for SystemResolver {
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        Ok(tokio::net::lookup_host((host, port)).await?.collect())
+    }
+}
+
+/// Why a fetch did not produce a document. None of these is ever cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// The host is, or resolves to, a special-use address; nothing was connected to.
+    #[error("special-use address")]
+    SpecialUseAddress,
+    /// The host name did not resolve.
+    #[error("host did not resolve")]
+    Unresolvable,
+    /// Too many outbound fetches this minute.
+    #[error("rate limited")]
+    RateLimited,
+    /// Connection failed or timed out.
+    #[error("unreachable")]
+    Unreachable,
+    /// The server answered with a redirect (never followed).
+    #[error("redirect")]
+    Redirect,
+    /// The server answered with a status other than 200.
+    #[error("status {0}")]
+    Status(u16),
+    /// The body exceeded [`MAX_BODY_BYTES`].
+    #[error("too large")]
+    TooLarge,
+}
+
+impl FetchError {
+    /// A readable reason, for the page and the `error_description`.
+    pub fn description(self) -> &'static str {
+        match self {
+            FetchError::SpecialUseAddress => {
+                "the client_id URL points to a private or special-use network address"
+            }
+            FetchError::Unresolvable => "the client_id URL's host name does not resolve",
+            FetchError::RateLimited => {
+                "too many client metadata documents were fetched just now; try again in a minute"
+            }
+            FetchError::Unreachable => {
+                "the client metadata document could not be fetched (connection failed or timed out)"
+            }
+            FetchError::Redirect => {
+                "the client metadata document URL answered with a redirect, which is not followed"
+            }
+            FetchError::Status(_) => "the client metadata document URL did not answer 200 OK",
+            FetchError::TooLarge => "the client metadata document is larger than 5 KB",
+        }
+    }
+}
+
+/// What a successful fetch returned.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The body (at most [`MAX_BODY_BYTES`]).
+    pub body: Vec<u8>,
+    /// The `Cache-Control` header, if any.
+    pub cache_control: Option<String>,
+}
+
+/// Fetch settings.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchPolicy {
+    /// Connect and whole-request timeout.
+    pub timeout: Duration,
+    /// Fetches allowed per minute (all hosts together).
+    pub per_minute: u32,
+    /// Development only: loopback addresses (and plain http to them) are allowed.
+    pub allow_loopback: bool,
+}
+
+/// The SSRF-safe fetcher.
+pub struct Fetcher {
+    resolver: Arc<dyn Resolver>,
+    policy: FetchPolicy,
+    window: Mutex<(u64, u32)>,
+}
+
+impl Fetcher {
+    /// A fetcher resolving through `resolver`.
+    pub fn new(resolver: Arc<dyn Resolver>, policy: FetchPolicy) -> Fetcher {
+        Fetcher {
+            resolver,
+            policy,
+            window: Mutex::new((0, 0)),
+        }
+    }
+
+    /// Whether loopback is allowed (the development setting).
+    pub fn allows_loopback(&self) -> bool {
+        self.policy.allow_loopback
+    }
+
+    fn take_token(&self, now: UnixTime) -> bool {
+        let minute = now.0 / 60;
+        // A poisoned lock only means another fetch panicked; the counter is still usable.
+        let mut w = self
+            .window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if w.0 != minute {
+            *w = (minute, 0);
+        }
+        if w.1 >= self.policy.per_minute {
+            return false;
+        }
+        w.1 += 1;
+        true
+    }
+
+    /// The addresses `url` may be fetched from, or why none may.
+    pub async fn checked_addresses(&self, url: &Url) -> Result<Vec<SocketAddr>, FetchError> {
+        let port = url
+            .port_or_known_default()
+            .ok_or(FetchError::Unresolvable)?;
+        let addrs = match url.host() {
+            Some(Host::Ipv4(ip)) => vec![SocketAddr::new(IpAddr::V4(ip), port)],
+            Some(Host::Ipv6(ip)) => vec![SocketAddr::new(IpAddr::V6(ip), port)],
+            Some(Host::Domain(name)) => self
+                .resolver
+                .resolve(name, port)
+                .await
+                .map_err(|_| FetchError::Unresolvable)?,
+            None => return Err(FetchError::Unresolvable),
+        };
+        if addrs.is_empty() {
+            return Err(FetchError::Unresolvable);
+        }
+        // One bad address refuses the whole name: a mixed answer is how rebinding starts.
+        if addrs
+            .iter()
+            .any(|a| !address_allowed(a.ip(), self.policy.allow_loopback))
+        {
+            return Err(FetchError::SpecialUseAddress);
+        }
+        Ok(addrs)
+    }
+
+    /// Fetches `url` (already validated as a client id URL).
+    pub async fn fetch(&self, url: &Url, now: UnixTime) -> Result<Fetched, FetchError> {
+        if !self.take_token(now) {
+            return Err(FetchError::RateLimited);
+        }
+        let addrs = self.checked_addresses(url).await?;
+        if url.scheme() != "https" && !addrs.iter().all(|a| is_loopback(a.ip())) {
+            // Plain http is only ever allowed to loopback (development setting).
+            return Err(FetchError::SpecialUseAddress);
+        }
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(self.policy.timeout)
+            .timeout(self.policy.timeout)
+            .dns_resolver(Arc::new(NoResolution))
+            .user_agent(concat!("mcp-oauth-proxy/", env!("CARGO_PKG_VERSION")));
+        if let Some(Host::Domain(name)) = url.host() {
+            // Pin the name to the checked addresses: reqwest uses these, never DNS.
+            builder = builder.resolve_to_addrs(name, &addrs);
+        }
+        let client = builder.build().map_err(|_| FetchError::Unreachable)?;
+        let mut resp = client
+            .get(url.clone())
+            .header(reqwest::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|_| FetchError::Unreachable)?;
+        let status = resp.status();
+        if status.is_redirection() {
+            return Err(FetchError::Redirect);
+        }
+        if status != reqwest::StatusCode::OK {
+            return Err(FetchError::Status(status.as_u16()));
+        }
+        if resp
+            .content_length()
+            .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+        {
+            return Err(FetchError::TooLarge);
+        }
+        let cache_control = resp
+            .headers()
+            .get(reqwest::header::CACHE_CONTROL)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|_| FetchError::Unreachable)? {
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(FetchError::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Fetched {
+            body,
+            cache_control,
+        })
+    }
+}
+
+/// A DNS resolver that never resolves: every name the client may reach is pinned with
+/// `resolve_to_addrs`, so reaching this means a name was not checked.
+struct NoResolution;
+
+impl reqwest::dns::Resolve for NoResolution {
+    fn resolve(&self, _name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        Box::pin(async {
+            Err::<reqwest::dns::Addrs, _>(Box::<dyn std::error::Error + Send + Sync>::from(
+                "unpinned name",
+            ))
+        })
+    }
+}
+
+/// Whether `ip` is a loopback address (including its IPv4-mapped form).
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// The address policy: may the proxy connect to `ip` to fetch a client's document? Public
+/// unicast only (RFC 6890 special-purpose ranges refused); loopback only with the development
+/// setting.
+pub fn address_allowed(ip: IpAddr, allow_loopback: bool) -> bool {
+    if is_loopback(ip) {
+        return allow_loopback;
+    }
+    match ip {
+        IpAddr::V4(v4) => v4_public(v4),
+        IpAddr::V6(v6) => v6_public(v6),
+    }
+}
+
+fn in_v4(ip: Ipv4Addr, net: [u8; 4], bits: u32) -> bool {
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
+    (u32::from(ip) & mask) == (u32::from(Ipv4Addr::from(net)) & mask)
+}
+
+fn v4_public(ip: Ipv4Addr) -> bool {
+    const SPECIAL: [([u8; 4], u32); 16] = [
+        ([0, 0, 0, 0], 8),       // "this network"
+        ([10, 0, 0, 0], 8),      // private
+        ([100, 64, 0, 0], 10),   // carrier-grade NAT
+        ([127, 0, 0, 0], 8),     // loopback
+        ([169, 254, 0, 0], 16),  // link-local, cloud metadata
+        ([172, 16, 0, 0], 12),   // private
+        ([192, 0, 0, 0], 24),    // IETF protocol assignments
+        ([192, 0, 2, 0], 24),    // documentation
+        ([192, 31, 196, 0], 24), // AS112
+        ([192, 52, 193, 0], 24), // AMT
+        ([192, 88, 99, 0], 24),  // 6to4 relay anycast
+        ([192, 168, 0, 0], 16),  // private
+        ([198, 18, 0, 0], 15),   // benchmarking
+        ([198, 51, 100, 0], 24), // documentation
+        ([203, 0, 113, 0], 24),  // documentation
+        ([224, 0, 0, 0], 3),     // multicast 224/4 and reserved 240/4, broadcast
+    ];
+    !SPECIAL.iter().any(|(net, bits)| in_v4(ip, *net, *bits))
+}
+
+fn v6_public(ip: Ipv6Addr) -> bool {
+    let s = ip.segments();
+    // IPv4 embedded by translation: judged by the IPv4 address inside.
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return v4_public(v4);
+    }
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+        let [a, b] = s[6].to_be_bytes();
+        let [c, d] = s[7].to_be_bytes();
+        return v4_public(Ipv4Addr::new(a, b, c, d));
+    }
+    // Only global unicast (2000::/3) is public; ::, ::1, IPv4-compatible, fc00::/7, fe80::/10,
+    // ff00::/8 and everything else unassigned fall outside it.
+    if s[0] & 0xe000 != 0x2000 {
+        return false;
+    }
+    let special: [(u16, u16, u32); 5] = [
+        (0x2001, 0x0000, 23), // IETF protocol assignments (Teredo, ORCHID, …)
+        (0x2001, 0x0db8, 32), // documentation
+        (0x2002, 0x0000, 16), // 6to4 (embeds arbitrary IPv4)
+        (0x3fff, 0x0000, 20), // documentation (RFC 9637)
+        (0x5f00, 0x0000, 16), // SRv6 SIDs
+    ];
+    let top = (u32::from(s[0]) << 16) | u32::from(s[1]);
+    !special.iter().any(|(a, b, bits)| {
+        let net = (u32::from(*a) << 16) | u32::from(*b);
+        let mask = u32::MAX << (32 - bits);
+        top & mask == net & mask
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(s: &str) -> bool {
+        address_allowed(s.parse().unwrap(), false)
+    }
+
+    #[test]
+    fn special_use_ipv4_ranges_are_refused() {
+        for a in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "10.0.0.1",
+            "10.255.255.255",
+            "100.64.0.1",
+            "100.127.255.254",
+            "127.0.0.1",
+            "127.255.255.254",
+            "169.254.169.254",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.88.99.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "198.51.100.7",
+            "203.0.113.9",
+            "224.0.0.1",
+            "239.255.255.250",
+            "240.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(!allowed(a), "{a} must be refused");
+        }
+    }
+
+    #[test]
+    fn public_ipv4_is_allowed_including_range_neighbours() {
+        for a in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.1",
+            "172.15.255.255",
+            "172.32.0.1",
+            "169.253.1.1",
+            "192.0.3.1",
+            "198.17.255.255",
+            "198.20.0.1",
+            "223.255.255.254",
+            "11.0.0.1",
+        ] {
+            assert!(allowed(a), "{a} must be allowed");
+        }
+    }
+
+    #[test]
+    fn special_use_ipv6_ranges_are_refused() {
+        for a in [
+            "::",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "::ffff:169.254.169.254",
+            "::ffff:0:0",
+            "::127.0.0.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::1",
+            "100::1",
+            "2001::1",
+            "2001:db8::1",
+            "2002:7f00:1::1",
+            "3fff::1",
+            "5f00::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+        ] {
+            assert!(!allowed(a), "{a} must be refused");
+        }
+    }
+
+    #[test]
+    fn public_ipv6_is_allowed() {
+        for a in [
+            "2606:4700:4700::1111",
+            "2a00:1450:4001::1",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2001:4860:4860::8888",
+        ] {
+            assert!(allowed(a), "{a} must be allowed");
+        }
+    }
+
+    #[test]
+    fn loopback_only_with_the_development_setting() {
+        for a in ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"] {
+            let ip: IpAddr = a.parse().unwrap();
+            assert!(!address_allowed(ip, false), "{a}");
+            assert!(address_allowed(ip, true), "{a}");
+        }
+        // The setting opens loopback and nothing else.
+        for a in ["10.0.0.1", "169.254.169.254", "fe80::1", "0.0.0.0", "::"] {
+            assert!(!address_allowed(a.parse().unwrap(), true), "{a}");
+        }
+    }
+
+    struct Fixed(Vec<SocketAddr>);
+    #[async_trait]
+    impl Resolver for Fixed {
+        async fn resolve(&self, _h: &str, _p: u16) -> std::io::Result<Vec<SocketAddr>> {
+            Ok(self.0.clone())
+        }
+    }
+
+    fn fetcher(addrs: &[&str], per_minute: u32) -> Fetcher {
+        Fetcher::new(
+            Arc::new(Fixed(addrs.iter().map(|a| a.parse().unwrap()).collect())),
+            FetchPolicy {
+                timeout: Duration::from_secs(1),
+                per_minute,
+                allow_loopback: false,
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn one_special_address_among_public_ones_refuses_the_name() {
+        let f = fetcher(&["8.8.8.8:443", "10.0.0.1:443"], 10);
+        let url = Url::parse("https://mixed.example/c").unwrap();
+        assert_eq!(
+            f.checked_addresses(&url).await,
+            Err(FetchError::SpecialUseAddress)
+        );
+    }
+
+    #[tokio::test]
+    async fn outbound_fetches_are_rate_limited_per_minute() {
+        let f = fetcher(&["10.0.0.1:443"], 2);
+        let url = Url::parse("https://x.example/c").unwrap();
+        let t = UnixTime(600);
+        assert_eq!(
+            f.fetch(&url, t).await.unwrap_err(),
+            FetchError::SpecialUseAddress
+        );
+        assert_eq!(
+            f.fetch(&url, t).await.unwrap_err(),
+            FetchError::SpecialUseAddress
+        );
+        assert_eq!(f.fetch(&url, t).await.unwrap_err(), FetchError::RateLimited);
+        assert_eq!(
+            f.fetch(&url, UnixTime(660)).await.unwrap_err(),
+            FetchError::SpecialUseAddress
+        );
+    }
+}

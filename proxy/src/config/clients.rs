@@ -1,0 +1,289 @@
+//! `[[clients]]` (clients a platform team registers ahead of time) and `[cimd]` (Client ID
+//! Metadata Documents: URL client ids fetched on demand).
+
+use serde::Deserialize;
+
+use crate::bindings::redirect;
+use crate::ids::ClientId;
+use crate::oauth::grant::CLIENT_PREFIX;
+use crate::oauth::registration::TokenAuthMethod;
+
+/// One `[[clients]]` entry as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClient {
+    client_id: String,
+    client_name: String,
+    redirect_uris: Vec<String>,
+    /// Hex SHA-256 of the client secret: the secret itself never sits in the config.
+    client_secret_sha256: Option<String>,
+    token_endpoint_auth_method: Option<String>,
+    #[serde(default = "yes")]
+    remember_consent: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[cimd]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawCimd {
+    enabled: bool,
+    fetch_timeout_secs: u64,
+    cache_min_secs: u64,
+    cache_max_secs: u64,
+    fetches_per_minute: u32,
+    dangerously_allow_loopback_for_development: bool,
+}
+
+impl Default for RawCimd {
+    fn default() -> Self {
+        RawCimd {
+            enabled: true,
+            fetch_timeout_secs: 5,
+            cache_min_secs: 60,
+            cache_max_secs: 3600,
+            fetches_per_minute: 60,
+            dangerously_allow_loopback_for_development: false,
+        }
+    }
+}
+
+/// A client configured ahead of time.
+#[derive(Debug, Clone)]
+pub struct PreregisteredClient {
+    /// Its id (never `mcpc_…`, never a URL).
+    pub client_id: ClientId,
+    /// Display name (trusted: an operator wrote it).
+    pub client_name: String,
+    /// Redirect URIs, validated like registrations.
+    pub redirect_uris: Vec<String>,
+    /// Token endpoint authentication.
+    pub auth_method: TokenAuthMethod,
+    /// Lowercase hex SHA-256 of the secret, for confidential clients.
+    pub secret_hash: Option<String>,
+    /// Whether an approval may be remembered (false: the consent page every time).
+    pub remember_consent: bool,
+}
+
+/// Client ID Metadata Document policy.
+#[derive(Debug, Clone, Copy)]
+pub struct CimdPolicy {
+    /// URL client ids accepted at all.
+    pub enabled: bool,
+    /// Connect and total timeout of one fetch.
+    pub fetch_timeout_secs: u64,
+    /// Shortest time a valid document is cached (unless `no-store`).
+    pub cache_min_secs: u64,
+    /// Longest time a valid document is cached.
+    pub cache_max_secs: u64,
+    /// Outbound fetches per minute, all hosts together.
+    pub fetches_per_minute: u32,
+    /// Development only: fetch documents from loopback (and plain http there).
+    pub dangerously_allow_loopback_for_development: bool,
+}
+
+const MAX_ID_CHARS: usize = 100;
+
+/// Validates `[[clients]]`.
+pub(super) fn validate_clients(
+    raw: &[RawClient],
+    errs: &mut Vec<String>,
+) -> Vec<PreregisteredClient> {
+    let mut out: Vec<PreregisteredClient> = Vec::new();
+    for (i, c) in raw.iter().enumerate() {
+        let at = format!("clients[{i}]");
+        let id = c.client_id.trim();
+        if id.is_empty() || id.len() > MAX_ID_CHARS {
+            errs.push(format!("{at}.client_id: 1 to {MAX_ID_CHARS} characters"));
+            continue;
+        }
+        if !id
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_' | '.'))
+        {
+            errs.push(format!(
+                "{at}.client_id: letters, digits, '-', '_' and '.' only (URL client ids are metadata documents, not configuration)"
+            ));
+            continue;
+        }
+        if id.starts_with(CLIENT_PREFIX) {
+            errs.push(format!(
+                "{at}.client_id: must not start with {CLIENT_PREFIX:?} (reserved for registered clients)"
+            ));
+            continue;
+        }
+        if out.iter().any(|o| o.client_id.as_str() == id) {
+            errs.push(format!("{at}.client_id: {id:?} appears twice"));
+            continue;
+        }
+        let name = c.client_name.trim();
+        if name.is_empty() || name.chars().any(char::is_control) {
+            errs.push(format!(
+                "{at}.client_name: required, without control characters"
+            ));
+        }
+        if c.redirect_uris.is_empty() {
+            errs.push(format!("{at}.redirect_uris: at least one is required"));
+        }
+        for u in &c.redirect_uris {
+            if let Err(e) = redirect::validate_for_registration(u) {
+                errs.push(format!("{at}.redirect_uris: {u:?}: {}", e.description()));
+            }
+        }
+        let secret_hash = match &c.client_secret_sha256 {
+            None => None,
+            Some(h) => {
+                let h = h.trim().to_ascii_lowercase();
+                if h.len() != 64 || !h.chars().all(|ch| ch.is_ascii_hexdigit()) {
+                    errs.push(format!(
+                        "{at}.client_secret_sha256: 64 hex digits (e.g. printf %s \"$SECRET\" | sha256sum)"
+                    ));
+                }
+                Some(h)
+            }
+        };
+        let auth_method = match (c.token_endpoint_auth_method.as_deref(), &secret_hash) {
+            (None | Some("none"), None) => TokenAuthMethod::None,
+            (None | Some("client_secret_basic"), Some(_)) => TokenAuthMethod::ClientSecretBasic,
+            (Some("client_secret_post"), Some(_)) => TokenAuthMethod::ClientSecretPost,
+            (Some("none"), Some(_)) => {
+                errs.push(format!(
+                    "{at}: a public client (token_endpoint_auth_method = \"none\") has no client_secret_sha256"
+                ));
+                TokenAuthMethod::None
+            }
+            (Some(m), None) if m.starts_with("client_secret") => {
+                errs.push(format!(
+                    "{at}.client_secret_sha256: required with token_endpoint_auth_method = {m:?}"
+                ));
+                TokenAuthMethod::None
+            }
+            (Some(m), _) => {
+                errs.push(format!(
+                    "{at}.token_endpoint_auth_method: {m:?} (use none, client_secret_basic or client_secret_post)"
+                ));
+                TokenAuthMethod::None
+            }
+        };
+        out.push(PreregisteredClient {
+            client_id: ClientId::new(id),
+            client_name: name.to_owned(),
+            redirect_uris: c.redirect_uris.clone(),
+            auth_method,
+            secret_hash,
+            remember_consent: c.remember_consent,
+        });
+    }
+    out
+}
+
+/// Validates `[cimd]`.
+pub(super) fn validate_cimd(raw: &RawCimd, errs: &mut Vec<String>) -> CimdPolicy {
+    if !(1..=30).contains(&raw.fetch_timeout_secs) {
+        errs.push("cimd.fetch_timeout_secs: between 1 and 30".to_owned());
+    }
+    if raw.cache_max_secs > 86_400 {
+        errs.push("cimd.cache_max_secs: at most 86400 (a day)".to_owned());
+    }
+    if raw.cache_min_secs > raw.cache_max_secs {
+        errs.push("cimd.cache_min_secs: must not exceed cache_max_secs".to_owned());
+    }
+    if raw.fetches_per_minute == 0 {
+        errs.push("cimd.fetches_per_minute: at least 1".to_owned());
+    }
+    CimdPolicy {
+        enabled: raw.enabled,
+        fetch_timeout_secs: raw.fetch_timeout_secs,
+        cache_min_secs: raw.cache_min_secs,
+        cache_max_secs: raw.cache_max_secs,
+        fetches_per_minute: raw.fetches_per_minute,
+        dangerously_allow_loopback_for_development: raw.dangerously_allow_loopback_for_development,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clients(toml_text: &str) -> (Vec<PreregisteredClient>, Vec<String>) {
+        #[derive(Deserialize)]
+        struct W {
+            clients: Vec<RawClient>,
+        }
+        let w: W = toml::from_str(toml_text).unwrap();
+        let mut errs = Vec::new();
+        (validate_clients(&w.clients, &mut errs), errs)
+    }
+
+    const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn public_and_confidential_clients() {
+        let (c, errs) = clients(&format!(
+            r#"
+[[clients]]
+client_id = "platform-cli"
+client_name = "Platform CLI"
+redirect_uris = ["http://127.0.0.1/callback"]
+[[clients]]
+client_id = "portal"
+client_name = "Portal"
+redirect_uris = ["https://portal.example/cb"]
+client_secret_sha256 = "{}"
+remember_consent = false
+"#,
+            HASH.to_uppercase()
+        ));
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(c[0].auth_method, TokenAuthMethod::None);
+        assert!(c[0].remember_consent);
+        assert_eq!(c[1].auth_method, TokenAuthMethod::ClientSecretBasic);
+        assert_eq!(c[1].secret_hash.as_deref(), Some(HASH));
+        assert!(!c[1].remember_consent);
+    }
+
+    #[test]
+    fn ids_that_could_collide_are_refused() {
+        for id in ["mcpc_abc", "https://app.example/c", "", "a b"] {
+            let (_, errs) = clients(&format!(
+                "[[clients]]\nclient_id = {id:?}\nclient_name = \"X\"\nredirect_uris = [\"https://x.example/cb\"]\n"
+            ));
+            assert_eq!(errs.len(), 1, "{id}: {errs:?}");
+        }
+        let (_, errs) = clients(
+            "[[clients]]\nclient_id = \"a\"\nclient_name = \"X\"\nredirect_uris = [\"https://x.example/cb\"]\n[[clients]]\nclient_id = \"a\"\nclient_name = \"Y\"\nredirect_uris = [\"https://x.example/cb\"]\n",
+        );
+        assert!(errs[0].contains("twice"), "{errs:?}");
+    }
+
+    #[test]
+    fn bad_redirects_secrets_and_methods_are_reported() {
+        let (_, errs) = clients(
+            "[[clients]]\nclient_id = \"a\"\nclient_name = \"X\"\nredirect_uris = [\"http://evil.example/cb\"]\nclient_secret_sha256 = \"abc\"\n",
+        );
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        let (_, errs) = clients(
+            "[[clients]]\nclient_id = \"a\"\nclient_name = \"X\"\nredirect_uris = [\"https://x.example/cb\"]\ntoken_endpoint_auth_method = \"client_secret_post\"\n",
+        );
+        assert!(errs[0].contains("client_secret_sha256"), "{errs:?}");
+    }
+
+    #[test]
+    fn cimd_bounds() {
+        let mut errs = Vec::new();
+        let p = validate_cimd(&RawCimd::default(), &mut errs);
+        assert!(errs.is_empty() && p.enabled && !p.dangerously_allow_loopback_for_development);
+        let raw = RawCimd {
+            cache_min_secs: 10_000,
+            cache_max_secs: 100_000,
+            fetches_per_minute: 0,
+            fetch_timeout_secs: 0,
+            ..RawCimd::default()
+        };
+        validate_cimd(&raw, &mut errs);
+        assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+}
