@@ -8,6 +8,7 @@ use crate::clock::SharedClock;
 use crate::config::{Config, Keys};
 use crate::github::client::{GitHubClient, GitHubError};
 use crate::github::grants::Grants;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::oauth::scope::ScopeSet;
 use crate::store::SharedStore;
@@ -38,6 +39,8 @@ pub struct Inner {
     pub offered_scopes: ScopeSet,
     /// HTTP client toward the backend MCP server, if one is configured.
     pub backend_http: Option<reqwest::Client>,
+    /// Rate limiters for `/register` and `/token`.
+    pub limits: Limits,
 }
 
 impl std::ops::Deref for App {
@@ -72,7 +75,9 @@ impl App {
             ),
             None => None,
         };
+        let limits = Limits::new(&config.rate_limits, clock.clone());
         Ok(App(Arc::new(Inner {
+            limits,
             backend_http,
             config,
             keys,

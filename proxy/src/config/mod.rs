@@ -12,6 +12,11 @@ use url::Url;
 use crate::crypto::{self, Key};
 use crate::ids::ClientSecret;
 
+mod registration;
+pub use registration::{
+    ForwardedHeader, RateLimit, RateLimits, RegistrationMode, RegistrationPolicy, TrustedProxies,
+};
+
 /// Where environment variables come from (the process, or a map in tests).
 pub trait Env {
     /// The variable's value, if set.
@@ -56,6 +61,10 @@ struct RawConfig {
     backend: Option<RawBackend>,
     #[serde(default)]
     connect: RawConnect,
+    #[serde(default)]
+    registration: registration::RawRegistration,
+    #[serde(default)]
+    rate_limits: registration::RawRateLimits,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +123,9 @@ struct RawServer {
     resource_name: Option<String>,
     #[serde(default)]
     allowed_origins: Vec<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    forwarded_header: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -235,6 +247,12 @@ pub struct Config {
     pub backend: Option<BackendConfig>,
     /// Connect links.
     pub connect: ConnectPolicy,
+    /// Who may register clients dynamically, and registration housekeeping.
+    pub registration: RegistrationPolicy,
+    /// Rate limits on `/register` and `/token`.
+    pub rate_limits: RateLimits,
+    /// Load balancers whose forwarded headers name the client IP.
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -546,7 +564,7 @@ impl Default for SessionPolicy {
     }
 }
 
-fn resolve_secret(
+pub(crate) fn resolve_secret(
     name: &str,
     inline: Option<&String>,
     file: Option<&PathBuf>,
@@ -936,9 +954,22 @@ impl Config {
             ));
         }
 
+        let registration = registration::registration(&raw.registration, env, &mut errs);
+        let rate_limits = registration::rate_limits(&raw.rate_limits, &mut errs);
+        let trusted_proxies = registration::trusted_proxies(
+            server
+                .map(|s| s.trusted_proxies.as_slice())
+                .unwrap_or_default(),
+            server.and_then(|s| s.forwarded_header.as_deref()),
+            &mut errs,
+        );
+
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
+                    registration,
+                    rate_limits,
+                    trusted_proxies,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,

@@ -5,10 +5,12 @@
 
 mod api;
 mod browser;
+pub mod client_ip;
 pub mod error;
 mod headers;
 mod mcp;
 mod metadata;
+mod rate_limit;
 
 use std::future::Future;
 
@@ -51,8 +53,20 @@ pub fn router(app: App) -> Router {
             "/.well-known/oauth-protected-resource/mcp",
             get(metadata::protected_resource),
         )
-        .route("/register", post(api::register))
-        .route("/token", post(api::token))
+        .route(
+            "/register",
+            post(api::register).layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                rate_limit::register,
+            )),
+        )
+        .route(
+            "/token",
+            post(api::token).layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                rate_limit::token,
+            )),
+        )
         .route("/revoke", post(api::revoke))
         .layer(cors);
     let browser = Router::new()
@@ -96,6 +110,10 @@ pub fn router(app: App) -> Router {
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
         .fallback(browser::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            client_ip::layer,
+        ))
         .layer(axum::middleware::from_fn(headers::security_headers))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(app)

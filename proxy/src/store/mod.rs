@@ -60,11 +60,14 @@ pub enum Keyspace {
     ConnectLinkIndex,
     /// Short-lived tokens given to exchange-mode backends, by hash.
     BackendTokens,
+    /// Unused dynamic registrations with identical metadata from one client IP, by hash of
+    /// both (bounds re-registration storms).
+    ClientDedupe,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 19] = [
+    pub const ALL: [Keyspace; 20] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -84,6 +87,7 @@ impl Keyspace {
         Keyspace::ConnectLinks,
         Keyspace::ConnectLinkIndex,
         Keyspace::BackendTokens,
+        Keyspace::ClientDedupe,
     ];
 
     /// On-disk name.
@@ -108,6 +112,7 @@ impl Keyspace {
             Keyspace::ConnectLinks => "connect_links",
             Keyspace::ConnectLinkIndex => "connect_link_index",
             Keyspace::BackendTokens => "backend_tokens",
+            Keyspace::ClientDedupe => "client_dedupe",
         }
     }
 }
