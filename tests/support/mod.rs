@@ -57,6 +57,8 @@ pub struct Options {
     pub replica_of: Option<Replica>,
     /// Use PostgreSQL (a fresh schema) even without `MCP_TEST_STORE=postgres`.
     pub postgres: bool,
+    /// Extra lines inside the `[server]` section (e.g. `trusted_proxies`).
+    pub server_toml: String,
 }
 
 /// What replicas of one proxy share.
@@ -184,6 +186,7 @@ impl TestProxy {
 [server]
 public_url = "{base}"
 listen = "{addr}"
+{server_extra}
 [github]
 client_id = "gh-client-id"
 client_secret = "gh-client-secret"
@@ -200,6 +203,7 @@ path = "/nonexistent-tests-use-a-temporary-store"
             t = github.token_url(),
             api = github.api_url(),
             extra = opts.extra_toml,
+            server_extra = opts.server_toml,
         );
         let config = Config::from_toml(&toml, &std::collections::HashMap::new()).unwrap();
         // The fake GitHub keeps real time; start the proxy's clock there and move it by hand.
