@@ -1767,6 +1767,11 @@ request_state = "{k5}"
 
 [tokens]
 refresh_grace_secs = 0
+
+# The load comes from one address far faster than any client would send it; this test checks
+# durability, not the rate limiter.
+[rate_limits]
+enabled = false
 "#,
         a = github.authorize_url(),
         t = github.token_url(),
@@ -2058,12 +2063,15 @@ async fn still_serving(ctx: &Ctx, server: &mut Server, pass_timed_out: bool) -> 
 /// Registers a client (a write to the store), with its own short bound.
 async fn probe_write(ctx: &Ctx) -> Result<(), String> {
     let redirect_uri = "https://probe.example/cb".to_owned();
+    // A distinct name per probe: identical unused registrations from one address are bounded
+    // (the oldest is removed by design), and every probe must stay known.
+    let n = ctx.m().clients.len();
     let r = ctx
         .http
         .post(ctx.url("/register"))
         .timeout(Duration::from_secs(5))
         .json(&json!({
-            "client_name": "Crash probe",
+            "client_name": format!("Crash probe {n}"),
             "redirect_uris": [redirect_uri],
             "token_endpoint_auth_method": "none",
             "grant_types": ["authorization_code", "refresh_token"],

@@ -47,6 +47,9 @@ mod connect {
 /// required with `MCP_PG=require`), and the whole suite again on PostgreSQL.
 mod replicas;
 
+/// Registration policy, rate limits and client IPs, reaping and dedupe, application_type.
+mod hygiene;
+
 mod gateway {
     mod auth;
     mod passthrough;

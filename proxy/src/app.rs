@@ -10,6 +10,7 @@ use crate::clock::SharedClock;
 use crate::config::{Config, Keys};
 use crate::github::client::{GitHubClient, GitHubError};
 use crate::github::grants::Grants;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::oauth::scope::ScopeSet;
 use crate::store::SharedStore;
@@ -44,6 +45,8 @@ pub struct Inner {
     pub drain: crate::shutdown::Drain,
     /// Client lookup: configured, metadata-document and registered clients.
     pub clients: Directory,
+    /// Rate limiters for `/register` and `/token`.
+    pub limits: Limits,
 }
 
 impl std::ops::Deref for App {
@@ -108,8 +111,10 @@ impl App {
             offered_scopes.clone(),
             resolver,
         );
+        let limits = Limits::new(&config.rate_limits, clock.clone());
         Ok(App(Arc::new(Inner {
             clients,
+            limits,
             backend_http,
             config,
             keys,

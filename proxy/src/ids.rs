@@ -101,6 +101,11 @@ secret_type!(
     ClientSecret
 );
 secret_type!(
+    /// The initial access token that authorizes `POST /register` (RFC 7591 §3) when the
+    /// registration policy requires one.
+    InitialAccessToken
+);
+secret_type!(
     /// A person's GitHub access token. Never leaves the proxy toward an MCP client.
     GitHubToken
 );

@@ -18,6 +18,7 @@ pub mod gateway;
 pub mod github;
 pub mod http;
 pub mod ids;
+pub mod limits;
 pub mod metrics;
 pub mod oauth;
 pub mod run;

@@ -90,13 +90,18 @@ pub async fn connect_postgres(
     Ok(Arc::new(pg))
 }
 
-/// Spawns the background sweeper of expired records.
+/// Spawns the background sweeper of expired records (which include registrations that never
+/// completed an authorization) and of idle rate-limit buckets.
 pub fn spawn_sweeper(app: &App) -> tokio::task::JoinHandle<()> {
     let store = app.store.clone();
+    let app = app.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         loop {
             tick.tick().await;
+            // Rate-limit buckets that are full again carry no information: forget them.
+            app.limits.retain_recent();
+            // Unused dynamic registrations expire in the store, so this sweep reaps them too.
             match store.sweep_expired().await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(removed = n, "swept expired records"),

@@ -1116,6 +1116,13 @@ proptest! {
                 n
             );
         }
+        // A web client never holds a loopback or custom-scheme redirect (OIDC Registration).
+        if m.application_type == mcp_oauth_proxy::oauth::registration::ApplicationType::Web {
+            for u in &m.redirect_uris {
+                let parsed = url::Url::parse(u).unwrap();
+                prop_assert_eq!(parsed.scheme(), "https", "{}", u);
+            }
+        }
         prop_assert!(m.grant_types.iter().any(|g| g == "authorization_code"));
         prop_assert!(m.grant_types.iter().all(|g| g == "authorization_code" || g == "refresh_token"));
         if let Some(s) = &m.scope {

@@ -59,6 +59,8 @@ pub struct Options {
     pub postgres: bool,
     /// The resolver client metadata documents are fetched through (default: the system's).
     pub client_resolver: Option<Arc<dyn mcp_oauth_proxy::clients::fetch::Resolver>>,
+    /// Extra lines inside the `[server]` section (e.g. `trusted_proxies`).
+    pub server_toml: String,
 }
 
 /// What replicas of one proxy share.
@@ -186,6 +188,7 @@ impl TestProxy {
 [server]
 public_url = "{base}"
 listen = "{addr}"
+{server_extra}
 [github]
 client_id = "gh-client-id"
 client_secret = "gh-client-secret"
@@ -202,6 +205,7 @@ path = "/nonexistent-tests-use-a-temporary-store"
             t = github.token_url(),
             api = github.api_url(),
             extra = opts.extra_toml,
+            server_extra = opts.server_toml,
         );
         let config = Config::from_toml(&toml, &std::collections::HashMap::new()).unwrap();
         // The fake GitHub keeps real time; start the proxy's clock there and move it by hand.

@@ -36,6 +36,10 @@ pub enum AuditEvent {
         client_name: Option<String>,
         /// Its redirect URIs.
         redirect_uris: Vec<String>,
+        /// How it registered: `dynamic` (RFC 7591).
+        source: &'static str,
+        /// The client IP it registered from, if known.
+        ip: Option<std::net::IpAddr>,
     },
     /// The consent page was shown.
     ConsentShown {

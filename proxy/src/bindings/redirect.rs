@@ -246,6 +246,33 @@ pub fn match_redirect(
     })
 }
 
+/// Whether a registered redirect URI (already validated) can only belong to an app on the
+/// person's own machine: a loopback `http` URI or a private-use scheme (RFC 8252 §7.1, §7.3).
+/// OIDC Registration allows these for `native` clients only; a `web` client must use https.
+pub fn is_native_only(uri: &str) -> bool {
+    url::Url::parse(uri).map_or(true, |u| u.scheme() != "https")
+}
+
+#[cfg(test)]
+mod native_tests {
+    use super::is_native_only;
+
+    #[test]
+    fn loopback_and_private_use_schemes_are_native_only() {
+        for u in [
+            "http://127.0.0.1/cb",
+            "http://[::1]:8080/cb",
+            "http://localhost/callback",
+            "com.example.app:/oauth",
+            "cursor://anysphere.cursor-retrieval/oauth/callback",
+        ] {
+            assert!(is_native_only(u), "{u}");
+        }
+        assert!(!is_native_only("https://app.example/cb"));
+        assert!(!is_native_only("https://localhost/cb"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

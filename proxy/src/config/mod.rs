@@ -18,6 +18,10 @@ mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
 mod clients;
 pub use clients::{CimdPolicy, PreregisteredClient};
+mod registration;
+pub use registration::{
+    ForwardedHeader, RateLimit, RateLimits, RegistrationMode, RegistrationPolicy, TrustedProxies,
+};
 
 /// Where environment variables come from (the process, or a map in tests).
 pub trait Env {
@@ -72,6 +76,10 @@ struct RawConfig {
     clients: Vec<clients::RawClient>,
     #[serde(default)]
     cimd: clients::RawCimd,
+    #[serde(default)]
+    registration: registration::RawRegistration,
+    #[serde(default)]
+    rate_limits: registration::RawRateLimits,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,6 +142,9 @@ struct RawServer {
     tls_key: Option<PathBuf>,
     #[serde(default = "tls::default_shutdown_grace")]
     shutdown_grace_secs: u64,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    forwarded_header: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -269,6 +280,12 @@ pub struct Config {
     pub clients: Vec<PreregisteredClient>,
     /// Client ID Metadata Documents (`[cimd]`).
     pub cimd: CimdPolicy,
+    /// Who may register clients dynamically, and registration housekeeping.
+    pub registration: RegistrationPolicy,
+    /// Rate limits on `/register` and `/token`.
+    pub rate_limits: RateLimits,
+    /// Load balancers whose forwarded headers name the client IP.
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -580,7 +597,7 @@ impl Default for SessionPolicy {
     }
 }
 
-fn resolve_secret(
+pub(crate) fn resolve_secret(
     name: &str,
     inline: Option<&String>,
     file: Option<&PathBuf>,
@@ -985,6 +1002,15 @@ impl Config {
         let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, &mut errs);
         let clients = clients::validate_clients(&raw.clients, &mut errs);
         let cimd = clients::validate_cimd(&raw.cimd, &mut errs);
+        let registration = registration::registration(&raw.registration, env, &mut errs);
+        let rate_limits = registration::rate_limits(&raw.rate_limits, &mut errs);
+        let trusted_proxies = registration::trusted_proxies(
+            server
+                .map(|s| s.trusted_proxies.as_slice())
+                .unwrap_or_default(),
+            server.and_then(|s| s.forwarded_header.as_deref()),
+            &mut errs,
+        );
 
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
@@ -994,6 +1020,9 @@ impl Config {
                     webhook: audit.webhook,
                     clients,
                     cimd,
+                    registration,
+                    rate_limits,
+                    trusted_proxies,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,

@@ -101,6 +101,8 @@ pub async fn issue_code(
             Some(now.plus(app.config.tokens.code_ttl_secs)),
         )
         .await?;
+    // The client completed an authorization: its registration is kept for good.
+    super::register::mark_used(app, redirect.client_id()).await?;
     consent_registry::touch(
         app.store.as_ref(),
         now,

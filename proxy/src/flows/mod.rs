@@ -58,6 +58,10 @@ pub enum FlowError {
     /// A token exchange refused with a connect link (HTTP 400 with this JSON body).
     #[error("token exchange refused")]
     ExchangeRefused(serde_json::Value),
+    /// The registration policy refused a `POST /register` (closed, or initial access token
+    /// missing or wrong).
+    #[error("registration refused: {0:?}")]
+    RegistrationRefused(register::Refusal),
 }
 
 impl From<SessionError> for FlowError {

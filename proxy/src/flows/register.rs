@@ -1,18 +1,220 @@
-//! Dynamic client registration (RFC 7591).
+//! Dynamic client registration (RFC 7591), with the registration policy and housekeeping.
+//!
+//! - Policy: open, initial access token (RFC 7591 §3, `Authorization: Bearer`), or closed.
+//! - Reaping: a new registration is stored with an expiry of `unused_client_ttl_secs`; the
+//!   first authorization code issued to it ([`mark_used`]) makes it permanent. The store's
+//!   expiry sweep removes the rest, so an abandoned registration costs nothing after a day
+//!   while a client that ever completed an authorization keeps its id for good (clients cache
+//!   ids; deleting a used one strands them with "unknown client").
+//! - Dedupe: clients that re-register on every reconnect send identical metadata from one IP.
+//!   `Keyspace::ClientDedupe` lists, per (client IP, canonical metadata), the registrations
+//!   that are still unused; when another arrives and the list is full, the oldest unused one
+//!   is removed. Used registrations never count and are never evicted.
 
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::FlowError;
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::config::RegistrationMode;
+use crate::crypto;
+use crate::ids::ClientId;
 use crate::oauth::error::{ErrorCode, OAuthError};
 use crate::oauth::grant;
-use crate::oauth::registration::{RegistrationRequest, TokenAuthMethod};
+use crate::oauth::registration::{
+    ApplicationType, ClientMetadata, RegistrationRequest, TokenAuthMethod,
+};
 use crate::store::records::ClientRecord;
-use crate::store::{Keyspace, StoreExt};
+use crate::store::{Keyspace, StoreExt, Versioned};
 
-/// Registers a client from a JSON body; returns the RFC 7591 §3.2.1 response.
-pub async fn register(app: &App, body: &[u8]) -> Result<Value, FlowError> {
+/// Why the registration policy refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Registration is closed.
+    Closed,
+    /// An initial access token is required and none was sent.
+    MissingToken,
+    /// The initial access token sent is not the configured one.
+    WrongToken,
+}
+
+/// Applies the registration policy to the request's `Authorization` header.
+pub fn check_policy(mode: &RegistrationMode, authorization: Option<&str>) -> Result<(), Refusal> {
+    match mode {
+        RegistrationMode::Open => Ok(()),
+        RegistrationMode::Closed => Err(Refusal::Closed),
+        RegistrationMode::InitialAccessToken(_) => {
+            let Some(h) = authorization else {
+                return Err(Refusal::MissingToken);
+            };
+            // RFC 6750 §2.1: the scheme is case-insensitive.
+            let token = match h.split_once(' ') {
+                Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => t.trim(),
+                _ => return Err(Refusal::MissingToken),
+            };
+            if mode.token_matches(token) {
+                Ok(())
+            } else {
+                Err(Refusal::WrongToken)
+            }
+        }
+    }
+}
+
+/// The unused registrations with one (client IP, metadata), oldest first.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct DedupeRecord {
+    clients: Vec<ClientId>,
+}
+
+/// Hash of the client IP (IPv6 by /64, as for rate limits) and the metadata in a canonical
+/// order, so the same client re-registering lands on the same key.
+fn dedupe_key(ip: Option<IpAddr>, meta: &ClientMetadata) -> String {
+    let mut uris = meta.redirect_uris.clone();
+    uris.sort();
+    let mut grants = meta.grant_types.clone();
+    grants.sort();
+    let canonical = json!([
+        ip.map(|i| crate::limits::bucket_key(i).to_string()),
+        meta.client_name,
+        uris,
+        meta.auth_method.as_str(),
+        grants,
+        meta.scope.as_ref().map(|s| s.to_wire()),
+        app_type(meta.application_type),
+    ]);
+    crypto::hash_secret(&canonical.to_string())
+}
+
+fn app_type(t: ApplicationType) -> &'static str {
+    match t {
+        ApplicationType::Native => "native",
+        ApplicationType::Web => "web",
+    }
+}
+
+/// Whether a stored client record is a dynamic registration nobody has used yet.
+fn unused(v: &Versioned) -> bool {
+    v.expires_at.is_some()
+}
+
+/// Most attempts at updating a contended dedupe index before giving up on it (the
+/// registration itself is already stored; the index is housekeeping).
+const INDEX_ATTEMPTS: usize = 5;
+
+/// Adds `new` to the dedupe list at `key`, evicting the oldest unused registrations beyond
+/// `max` (each only if it is still unused at the moment of removal).
+async fn index_and_evict(
+    app: &App,
+    key: &str,
+    new: &ClientId,
+    max: usize,
+) -> Result<(), FlowError> {
+    let expires = Some(
+        app.clock
+            .now()
+            .plus(app.config.registration.unused_client_ttl_secs),
+    );
+    for _ in 0..INDEX_ATTEMPTS {
+        let current = app
+            .store
+            .get_versioned::<DedupeRecord>(Keyspace::ClientDedupe, key)
+            .await?;
+        let mut live = Vec::new();
+        for id in current
+            .as_ref()
+            .map(|(r, _)| r.clients.as_slice())
+            .unwrap_or_default()
+        {
+            if let Some(v) = app.store.get(Keyspace::Clients, id.as_str()).await?
+                && unused(&v)
+            {
+                live.push((id.clone(), v));
+            }
+        }
+        while live.len() >= max {
+            let (old, v) = live.remove(0);
+            // Removed only if still exactly as read: an authorization that just used it wins.
+            if app
+                .store
+                .compare_and_swap(Keyspace::Clients, old.as_str(), &v, None)
+                .await?
+            {
+                tracing::info!(client_id = %old, "removed an unused identical registration");
+            }
+        }
+        let mut clients: Vec<ClientId> = live.into_iter().map(|(id, _)| id).collect();
+        clients.push(new.clone());
+        let value = crate::store::encode(&DedupeRecord { clients })?;
+        let written = match &current {
+            None => {
+                app.store
+                    .insert_new(Keyspace::ClientDedupe, key, value, expires)
+                    .await?
+            }
+            Some((_, old)) => {
+                app.store
+                    .compare_and_swap(
+                        Keyspace::ClientDedupe,
+                        key,
+                        old,
+                        Some(Versioned {
+                            value,
+                            expires_at: expires,
+                        }),
+                    )
+                    .await?
+            }
+        };
+        if written {
+            return Ok(());
+        }
+    }
+    tracing::warn!("registration dedupe index contended; left as is");
+    Ok(())
+}
+
+/// Marks a dynamic registration as used (its first authorization code was issued), so it is
+/// never reaped or evicted. Other kinds of clients are left alone.
+pub async fn mark_used(app: &App, client_id: &ClientId) -> Result<(), FlowError> {
+    if !client_id.as_str().starts_with(grant::CLIENT_PREFIX) {
+        return Ok(());
+    }
+    for _ in 0..INDEX_ATTEMPTS {
+        let Some(v) = app.store.get(Keyspace::Clients, client_id.as_str()).await? else {
+            return Ok(());
+        };
+        if !unused(&v) {
+            return Ok(());
+        }
+        let kept = Versioned {
+            value: v.value.clone(),
+            expires_at: None,
+        };
+        if app
+            .store
+            .compare_and_swap(Keyspace::Clients, client_id.as_str(), &v, Some(kept))
+            .await?
+        {
+            return Ok(());
+        }
+    }
+    Err(OAuthError::new(ErrorCode::ServerError, "client record contended").into())
+}
+
+/// Registers a client from a JSON body; returns the RFC 7591 §3.2.1 response. `ip` is the
+/// client IP from `http::client_ip`, if known.
+pub async fn register(
+    app: &App,
+    authorization: Option<&str>,
+    ip: Option<IpAddr>,
+    body: &[u8],
+) -> Result<Value, FlowError> {
+    let policy = &app.config.registration;
+    check_policy(&policy.mode, authorization).map_err(FlowError::RegistrationRefused)?;
     let req: RegistrationRequest = serde_json::from_slice(body).map_err(|_| {
         OAuthError::new(
             ErrorCode::InvalidClientMetadata,
@@ -39,16 +241,30 @@ pub async fn register(app: &App, body: &[u8]) -> Result<Value, FlowError> {
     };
     if !app
         .store
-        .insert_json(Keyspace::Clients, client_id.as_str(), &record, None)
+        .insert_json(
+            Keyspace::Clients,
+            client_id.as_str(),
+            &record,
+            Some(now.plus(policy.unused_client_ttl_secs)),
+        )
         .await?
     {
         return Err(OAuthError::new(ErrorCode::ServerError, "client id collision").into());
     }
+    index_and_evict(
+        app,
+        &dedupe_key(ip, &meta),
+        &client_id,
+        usize::try_from(policy.max_identical_per_ip).unwrap_or(usize::MAX),
+    )
+    .await?;
     app.audit
         .record(AuditEvent::ClientRegistered {
             client_id: client_id.clone(),
             client_name: meta.client_name.clone(),
             redirect_uris: meta.redirect_uris.clone(),
+            source: "dynamic",
+            ip,
         })
         .await?;
     let mut body = json!({
@@ -58,10 +274,7 @@ pub async fn register(app: &App, body: &[u8]) -> Result<Value, FlowError> {
         "token_endpoint_auth_method": meta.auth_method.as_str(),
         "grant_types": meta.grant_types,
         "response_types": ["code"],
-        "application_type": match meta.application_type {
-            crate::oauth::registration::ApplicationType::Native => "native",
-            crate::oauth::registration::ApplicationType::Web => "web",
-        },
+        "application_type": app_type(meta.application_type),
     });
     if let Some(obj) = body.as_object_mut() {
         if let Some(name) = &meta.client_name {
@@ -76,4 +289,32 @@ pub async fn register(app: &App, body: &[u8]) -> Result<Value, FlowError> {
         }
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::InitialAccessToken;
+    use std::sync::Arc;
+
+    #[test]
+    fn policy_decisions() {
+        assert_eq!(check_policy(&RegistrationMode::Open, None), Ok(()));
+        assert_eq!(
+            check_policy(&RegistrationMode::Closed, Some("Bearer x")),
+            Err(Refusal::Closed)
+        );
+        let t = "t".repeat(40);
+        let m = RegistrationMode::InitialAccessToken(Arc::new(InitialAccessToken::new(t.clone())));
+        assert_eq!(check_policy(&m, None), Err(Refusal::MissingToken));
+        assert_eq!(
+            check_policy(&m, Some(&format!("Basic {t}"))),
+            Err(Refusal::MissingToken)
+        );
+        assert_eq!(
+            check_policy(&m, Some("Bearer wrong")),
+            Err(Refusal::WrongToken)
+        );
+        assert_eq!(check_policy(&m, Some(&format!("bearer {t}"))), Ok(()));
+    }
 }

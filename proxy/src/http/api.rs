@@ -1,11 +1,12 @@
 //! JSON endpoints: registration, token, revocation.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
+use super::client_ip::ClientIp;
 use super::error::ApiError;
 use crate::app::App;
 use crate::flows::{register as reg, token as tok};
@@ -49,6 +50,7 @@ fn no_store(mut resp: Response) -> Response {
 /// `POST /register`.
 pub async fn register(
     State(app): State<App>,
+    ip: Option<Extension<ClientIp>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -67,7 +69,8 @@ pub async fn register(
         )
         .into());
     }
-    let out = reg::register(&app, &body).await?;
+    let ip = ip.map(|Extension(ClientIp(ip))| ip);
+    let out = reg::register(&app, authorization(&headers), ip, &body).await?;
     Ok(no_store((StatusCode::CREATED, Json(out)).into_response()))
 }
 

@@ -9,6 +9,7 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
 
 use crate::crypto;
+use crate::flows::register::Refusal;
 use crate::flows::{FlowError, PageProblem, pages};
 use crate::gateway::GatewayError;
 use crate::oauth::error::{ErrorCode, OAuthError};
@@ -60,6 +61,58 @@ pub fn oauth_json(e: &OAuthError) -> Response {
             header::WWW_AUTHENTICATE,
             HeaderValue::from_static("Basic realm=\"mcp-oauth-proxy\""),
         );
+    }
+    resp
+}
+
+/// A rate-limited request to `/register` or `/token`: 429 with `Retry-After`. RFC 6749 and
+/// RFC 7591 define no rate-limit error; `slow_down` (RFC 8628 §3.5, registered for the token
+/// endpoint) is the only registered code that means "you are sending too fast", and unlike
+/// `temporarily_unavailable` (authorization endpoint, 503) it does not claim the server is
+/// down. Clients act on the status and `Retry-After`.
+pub fn rate_limited(r: &crate::limits::RateLimited) -> Response {
+    let description = match r.bucket {
+        crate::limits::Bucket::PerIp => {
+            "too many requests from this address; retry after the number of seconds in Retry-After"
+        }
+        crate::limits::Bucket::Global => {
+            "the server is receiving too many requests; retry after the number of seconds in Retry-After"
+        }
+    };
+    let mut resp = oauth_json(&OAuthError::new(ErrorCode::SlowDown, description));
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after_secs));
+    resp
+}
+
+/// A `POST /register` the registration policy refused (RFC 7591 §3: the initial access token
+/// is a Bearer token, so a missing or wrong one is RFC 6750's `invalid_token` with 401).
+fn registration_refused(r: Refusal) -> Response {
+    let (status, code, description, challenge) = match r {
+        Refusal::Closed => (
+            StatusCode::FORBIDDEN,
+            ErrorCode::AccessDenied,
+            "dynamic client registration is closed on this server; use a client ID metadata document or a pre-registered client",
+            None,
+        ),
+        Refusal::MissingToken => (
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidToken,
+            "registration requires an initial access token as Authorization: Bearer",
+            Some("Bearer realm=\"registration\""),
+        ),
+        Refusal::WrongToken => (
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::InvalidToken,
+            "the initial access token is not valid",
+            Some("Bearer realm=\"registration\", error=\"invalid_token\""),
+        ),
+    };
+    let mut resp = oauth_json(&OAuthError::new(code, description));
+    *resp.status_mut() = status;
+    if let Some(c) = challenge {
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(c));
     }
     resp
 }
@@ -209,6 +262,7 @@ impl IntoResponse for ApiError {
                     .insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
                 r
             }
+            FlowError::RegistrationRefused(r) => registration_refused(*r),
             FlowError::Page(_) | FlowError::ClientRedirect(_) => oauth_json(&OAuthError::new(
                 ErrorCode::InvalidRequest,
                 "invalid request",
@@ -246,9 +300,9 @@ impl IntoResponse for PageError {
             FlowError::Page(p) if p.status == 404 => page(p, String::new()),
             FlowError::Page(p) => page(p, request_id()),
             FlowError::ClientRedirect(url) => Redirect::to(&url).into_response(),
-            FlowError::OAuth(_) | FlowError::ExchangeRefused(_) => {
-                page(pages::BAD_REQUEST, request_id())
-            }
+            FlowError::OAuth(_)
+            | FlowError::ExchangeRefused(_)
+            | FlowError::RegistrationRefused(_) => page(pages::BAD_REQUEST, request_id()),
             e @ FlowError::GitHub(_) => {
                 let id = internal(&e);
                 page(pages::GITHUB_FAILED, id)

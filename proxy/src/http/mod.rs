@@ -5,10 +5,12 @@
 
 mod api;
 mod browser;
+pub mod client_ip;
 pub mod error;
 mod headers;
 mod mcp;
 mod metadata;
+mod rate_limit;
 mod request_id;
 
 use std::future::Future;
@@ -52,8 +54,20 @@ pub fn router(app: App) -> Router {
             "/.well-known/oauth-protected-resource/mcp",
             get(metadata::protected_resource),
         )
-        .route("/register", post(api::register))
-        .route("/token", post(api::token))
+        .route(
+            "/register",
+            post(api::register).layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                rate_limit::register,
+            )),
+        )
+        .route(
+            "/token",
+            post(api::token).layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                rate_limit::token,
+            )),
+        )
         .route("/revoke", post(api::revoke))
         .layer(cors);
     let browser = Router::new()
@@ -100,6 +114,10 @@ pub fn router(app: App) -> Router {
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
         .fallback(browser::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            client_ip::layer,
+        ))
         .layer(axum::middleware::from_fn(headers::security_headers));
     // HSTS whenever the public URL is https, TLS terminated here or in front (headers.rs).
     let routes = if https {

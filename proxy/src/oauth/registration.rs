@@ -102,9 +102,10 @@ fn validate_name(name: &str) -> Result<Option<String>, OAuthError> {
 impl RegistrationRequest {
     /// Validates against the scopes this server offers.
     pub fn validate(self, offered: &ScopeSet) -> Result<ClientMetadata, OAuthError> {
-        let application_type = match self.application_type.as_deref() {
-            None | Some("web") => ApplicationType::Web,
-            Some("native") => ApplicationType::Native,
+        let declared = match self.application_type.as_deref() {
+            None => None,
+            Some("web") => Some(ApplicationType::Web),
+            Some("native") => Some(ApplicationType::Native),
             Some(_) => return Err(meta_err("application_type must be native or web")),
         };
         let uris = self.redirect_uris.unwrap_or_default();
@@ -128,6 +129,22 @@ impl RegistrationRequest {
                 redirect_uris.push(u);
             }
         }
+        // OIDC Registration §2 / RFC 8252: a web client redirects only to https; loopback and
+        // private-use schemes are for native apps. Clients written before MCP 2026-07-28 do
+        // not send application_type, and OIDC's implied "web" would refuse every CLI, so an
+        // omitted type is inferred from the redirect URIs instead.
+        let native_only = redirect_uris.iter().any(|u| redirect::is_native_only(u));
+        let application_type = match declared {
+            Some(ApplicationType::Web) if native_only => {
+                return Err(OAuthError::new(
+                    ErrorCode::InvalidRedirectUri,
+                    "application_type web allows only https redirect URIs; register loopback or custom-scheme redirect URIs with application_type native",
+                ));
+            }
+            Some(t) => t,
+            None if native_only => ApplicationType::Native,
+            None => ApplicationType::Web,
+        };
         let auth_method = match self.token_endpoint_auth_method.as_deref() {
             // RFC 7591 §2: the default is client_secret_basic.
             None | Some("client_secret_basic") => TokenAuthMethod::ClientSecretBasic,
@@ -215,6 +232,47 @@ mod tests {
         assert_eq!(
             req(r#"{}"#).unwrap_err().code,
             ErrorCode::InvalidRedirectUri
+        );
+    }
+
+    #[test]
+    fn web_client_may_not_register_loopback_or_custom_scheme_redirects() {
+        for u in [
+            "http://127.0.0.1/cb",
+            "http://localhost/cb",
+            "com.example.app:/cb",
+        ] {
+            let e = req(&format!(
+                r#"{{"redirect_uris":["https://a.example/cb","{u}"],"application_type":"web"}}"#
+            ))
+            .unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidRedirectUri, "{u}");
+            let m = req(&format!(
+                r#"{{"redirect_uris":["{u}"],"application_type":"native"}}"#
+            ))
+            .unwrap();
+            assert_eq!(m.application_type, ApplicationType::Native);
+        }
+        let m =
+            req(r#"{"redirect_uris":["https://a.example/cb"],"application_type":"web"}"#).unwrap();
+        assert_eq!(m.application_type, ApplicationType::Web);
+        // A native app may also use a claimed https redirect (RFC 8252 §7.2).
+        let m = req(r#"{"redirect_uris":["https://a.example/cb"],"application_type":"native"}"#)
+            .unwrap();
+        assert_eq!(m.application_type, ApplicationType::Native);
+    }
+
+    #[test]
+    fn omitted_application_type_is_inferred_from_redirects() {
+        let m = req(r#"{"redirect_uris":["http://127.0.0.1/cb"]}"#).unwrap();
+        assert_eq!(m.application_type, ApplicationType::Native);
+        let m = req(r#"{"redirect_uris":["https://a.example/cb"]}"#).unwrap();
+        assert_eq!(m.application_type, ApplicationType::Web);
+        assert_eq!(
+            req(r#"{"redirect_uris":["https://a.example/cb"],"application_type":"desktop"}"#)
+                .unwrap_err()
+                .code,
+            ErrorCode::InvalidClientMetadata
         );
     }
 

@@ -62,11 +62,14 @@ pub enum Keyspace {
     BackendTokens,
     /// Metadata-document clients seen, by `client_id` URL.
     CimdClients,
+    /// Unused dynamic registrations with identical metadata from one client IP, by hash of
+    /// both (bounds re-registration storms).
+    ClientDedupe,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 20] = [
+    pub const ALL: [Keyspace; 21] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -87,6 +90,7 @@ impl Keyspace {
         Keyspace::ConnectLinkIndex,
         Keyspace::BackendTokens,
         Keyspace::CimdClients,
+        Keyspace::ClientDedupe,
     ];
 
     /// On-disk name.
@@ -112,6 +116,7 @@ impl Keyspace {
             Keyspace::ConnectLinkIndex => "connect_link_index",
             Keyspace::BackendTokens => "backend_tokens",
             Keyspace::CimdClients => "cimd_clients",
+            Keyspace::ClientDedupe => "client_dedupe",
         }
     }
 }

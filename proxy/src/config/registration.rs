@@ -1,0 +1,484 @@
+//! `[registration]`, `[rate_limits]` and `[server] trusted_proxies`: who may register clients
+//! dynamically, how fast anyone may call `/register` and `/token`, and which peers' forwarded
+//! headers name the client IP.
+//!
+//! Rate-limit defaults are deliberately generous. An AI platform (claude.ai, ChatGPT, a
+//! hosted agent runner) reaches the proxy from a handful of shared egress IPs for all of its
+//! users, and it re-registers on every reconnect; per-IP buckets sized for one person lock the
+//! whole platform out (peers-and-user-asks.md item 14). The per-IP bucket therefore only stops a
+//! single runaway or hostile source, and the global ceiling bounds total store growth and load.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use super::{Env, resolve_secret};
+use crate::crypto;
+use crate::ids::InitialAccessToken;
+
+// No Debug: may hold the initial access token inline.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRegistration {
+    #[serde(default = "default_policy")]
+    policy: String,
+    initial_access_token: Option<String>,
+    initial_access_token_file: Option<PathBuf>,
+    initial_access_token_env: Option<String>,
+    #[serde(default = "default_unused_ttl")]
+    unused_client_ttl_secs: u64,
+    #[serde(default = "default_max_identical")]
+    max_identical_per_ip: u32,
+}
+
+impl Default for RawRegistration {
+    fn default() -> Self {
+        RawRegistration {
+            policy: default_policy(),
+            initial_access_token: None,
+            initial_access_token_file: None,
+            initial_access_token_env: None,
+            unused_client_ttl_secs: default_unused_ttl(),
+            max_identical_per_ip: default_max_identical(),
+        }
+    }
+}
+
+fn default_policy() -> String {
+    "open".to_owned()
+}
+fn default_unused_ttl() -> u64 {
+    86_400
+}
+fn default_max_identical() -> u32 {
+    5
+}
+
+/// Shortest accepted initial access token: long enough that guessing it is hopeless.
+const MIN_IAT_CHARS: usize = 32;
+
+/// Who may use dynamic client registration (`POST /register`).
+#[derive(Debug, Clone)]
+pub enum RegistrationMode {
+    /// Anyone (the MCP default: DCR is how most clients still find a client id).
+    Open,
+    /// Only callers presenting this token as `Authorization: Bearer` (RFC 7591 §3).
+    InitialAccessToken(Arc<InitialAccessToken>),
+    /// Nobody: only client ID metadata documents and pre-registered clients work.
+    Closed,
+}
+
+impl RegistrationMode {
+    /// Whether `presented` is the configured initial access token (constant time; hashes are
+    /// compared so the length of the secret does not leak either).
+    pub fn token_matches(&self, presented: &str) -> bool {
+        match self {
+            RegistrationMode::InitialAccessToken(t) => crypto::ct_eq(
+                &crypto::sha256(presented.as_bytes()),
+                &crypto::sha256(t.secret().as_bytes()),
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Registration policy and housekeeping.
+#[derive(Debug, Clone)]
+pub struct RegistrationPolicy {
+    /// Who may register.
+    pub mode: RegistrationMode,
+    /// A registration that never got an authorization code is removed after this long.
+    pub unused_client_ttl_secs: u64,
+    /// At most this many unused registrations with identical metadata from one client IP are
+    /// kept; another one evicts the oldest.
+    pub max_identical_per_ip: u32,
+}
+
+impl Default for RegistrationPolicy {
+    fn default() -> Self {
+        RegistrationPolicy {
+            mode: RegistrationMode::Open,
+            unused_client_ttl_secs: default_unused_ttl(),
+            max_identical_per_ip: default_max_identical(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRateLimits {
+    #[serde(default = "yes")]
+    enabled: bool,
+    #[serde(default)]
+    register: RawRateLimit,
+    #[serde(default)]
+    token: RawRateLimit,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for RawRateLimits {
+    fn default() -> Self {
+        RawRateLimits {
+            enabled: true,
+            register: RawRateLimit::default(),
+            token: RawRateLimit::default(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    per_ip_per_minute: Option<u32>,
+    per_ip_burst: Option<u32>,
+    global_per_minute: Option<u32>,
+    global_burst: Option<u32>,
+}
+
+/// One endpoint's limits: a token bucket per client IP and one for everyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Sustained requests per minute from one client IP (IPv6: one /64).
+    pub per_ip_per_minute: u32,
+    /// Requests one client IP may send at once before the sustained rate applies.
+    pub per_ip_burst: u32,
+    /// Sustained requests per minute from everyone together.
+    pub global_per_minute: u32,
+    /// Burst for everyone together.
+    pub global_burst: u32,
+}
+
+impl RateLimit {
+    /// `/register`: 5/s sustained per IP with a burst of 100 (a platform's reconnect storm),
+    /// 20/s and 1000 overall (bounds how fast unused registrations can pile up).
+    pub const REGISTER: RateLimit = RateLimit {
+        per_ip_per_minute: 300,
+        per_ip_burst: 100,
+        global_per_minute: 1200,
+        global_burst: 1000,
+    };
+    /// `/token`: 100/s sustained per IP with a burst of 1000 (a platform refreshing for all its
+    /// users from one egress IP), 2000/s and 5000 overall.
+    pub const TOKEN: RateLimit = RateLimit {
+        per_ip_per_minute: 6000,
+        per_ip_burst: 1000,
+        global_per_minute: 120_000,
+        global_burst: 5000,
+    };
+}
+
+/// Rate limits on the unauthenticated JSON endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimits {
+    /// Off only for benchmarks of the store.
+    pub enabled: bool,
+    /// `POST /register`.
+    pub register: RateLimit,
+    /// `POST /token`.
+    pub token: RateLimit,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        RateLimits {
+            enabled: true,
+            register: RateLimit::REGISTER,
+            token: RateLimit::TOKEN,
+        }
+    }
+}
+
+/// Which forwarded header a trusted proxy sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`.
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+    Forwarded,
+}
+
+/// Peers whose forwarded header is believed, and which header that is. Empty: the TCP peer is
+/// the client (the proxy terminates TLS itself or nothing sits in front of it).
+#[derive(Debug, Clone)]
+pub struct TrustedProxies {
+    /// Addresses or networks of the load balancers in front of the proxy.
+    pub nets: Vec<IpNet>,
+    /// The header they set; the other one is ignored even from them.
+    pub header: ForwardedHeader,
+}
+
+impl Default for TrustedProxies {
+    fn default() -> Self {
+        TrustedProxies {
+            nets: Vec::new(),
+            header: ForwardedHeader::XForwardedFor,
+        }
+    }
+}
+
+impl TrustedProxies {
+    /// Whether `ip` is one of the trusted proxies.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// Parses `[server] trusted_proxies` (IPs or CIDRs) and `forwarded_header`.
+pub(super) fn trusted_proxies(
+    list: &[String],
+    header: Option<&str>,
+    errs: &mut Vec<String>,
+) -> TrustedProxies {
+    let mut nets = Vec::new();
+    for s in list {
+        let s = s.trim();
+        if let Ok(net) = s.parse::<IpNet>() {
+            // A network written with host bits set (10.0.0.1/8) is almost always a typo.
+            if net.trunc() != net {
+                errs.push(format!(
+                    "server.trusted_proxies: {s:?} has host bits set; did you mean {}?",
+                    net.trunc()
+                ));
+            } else if net.prefix_len() == 0 {
+                errs.push(format!(
+                    "server.trusted_proxies: {s:?} trusts every address, which lets any client choose its own IP"
+                ));
+            } else {
+                nets.push(net);
+            }
+        } else if let Ok(ip) = s.parse::<IpAddr>() {
+            nets.push(IpNet::from(ip.to_canonical()));
+        } else {
+            errs.push(format!(
+                "server.trusted_proxies: {s:?} is not an IP address or CIDR network like 10.0.0.0/8"
+            ));
+        }
+    }
+    let header = match header.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("x-forwarded-for") => ForwardedHeader::XForwardedFor,
+        Some("forwarded") => ForwardedHeader::Forwarded,
+        Some(other) => {
+            errs.push(format!(
+                "server.forwarded_header: {other:?} is not \"x-forwarded-for\" or \"forwarded\""
+            ));
+            ForwardedHeader::XForwardedFor
+        }
+    };
+    TrustedProxies { nets, header }
+}
+
+/// Validates `[registration]`.
+pub(super) fn registration(
+    raw: &RawRegistration,
+    env: &dyn Env,
+    errs: &mut Vec<String>,
+) -> RegistrationPolicy {
+    let token = resolve_secret(
+        "initial_access_token",
+        raw.initial_access_token.as_ref(),
+        raw.initial_access_token_file.as_ref(),
+        raw.initial_access_token_env.as_ref(),
+        env,
+        errs,
+    );
+    let token_given = raw.initial_access_token.is_some()
+        || raw.initial_access_token_file.is_some()
+        || raw.initial_access_token_env.is_some();
+    let mode = match raw.policy.as_str() {
+        "open" | "closed" => {
+            if token_given {
+                errs.push(format!(
+                    "registration.initial_access_token: only used with policy = \"initial_access_token\" (policy is {:?})",
+                    raw.policy
+                ));
+            }
+            if raw.policy == "open" {
+                RegistrationMode::Open
+            } else {
+                RegistrationMode::Closed
+            }
+        }
+        "initial_access_token" => match token {
+            Some(t) if t.chars().count() >= MIN_IAT_CHARS => {
+                RegistrationMode::InitialAccessToken(Arc::new(InitialAccessToken::new(t)))
+            }
+            Some(_) => {
+                errs.push(format!(
+                    "registration.initial_access_token: at least {MIN_IAT_CHARS} characters"
+                ));
+                RegistrationMode::Closed
+            }
+            None => {
+                if !token_given {
+                    errs.push("registration.initial_access_token: required with policy = \"initial_access_token\" (or initial_access_token_file / initial_access_token_env)".to_owned());
+                }
+                RegistrationMode::Closed
+            }
+        },
+        other => {
+            errs.push(format!(
+                "registration.policy: {other:?} is not \"open\", \"initial_access_token\" or \"closed\""
+            ));
+            RegistrationMode::Closed
+        }
+    };
+    if !(60..=90 * 86_400).contains(&raw.unused_client_ttl_secs) {
+        errs.push(
+            "registration.unused_client_ttl_secs: between 60 and 7776000 (90 days)".to_owned(),
+        );
+    }
+    if !(1..=100).contains(&raw.max_identical_per_ip) {
+        errs.push("registration.max_identical_per_ip: between 1 and 100".to_owned());
+    }
+    RegistrationPolicy {
+        mode,
+        unused_client_ttl_secs: raw.unused_client_ttl_secs,
+        max_identical_per_ip: raw.max_identical_per_ip,
+    }
+}
+
+fn one_limit(
+    name: &str,
+    raw: &RawRateLimit,
+    default: RateLimit,
+    errs: &mut Vec<String>,
+) -> RateLimit {
+    let l = RateLimit {
+        per_ip_per_minute: raw.per_ip_per_minute.unwrap_or(default.per_ip_per_minute),
+        per_ip_burst: raw.per_ip_burst.unwrap_or(default.per_ip_burst),
+        global_per_minute: raw.global_per_minute.unwrap_or(default.global_per_minute),
+        global_burst: raw.global_burst.unwrap_or(default.global_burst),
+    };
+    for (field, v) in [
+        ("per_ip_per_minute", l.per_ip_per_minute),
+        ("per_ip_burst", l.per_ip_burst),
+        ("global_per_minute", l.global_per_minute),
+        ("global_burst", l.global_burst),
+    ] {
+        if v == 0 {
+            errs.push(format!(
+                "rate_limits.{name}.{field}: at least 1 (set rate_limits.enabled = false to switch limits off)"
+            ));
+        }
+    }
+    if l.global_per_minute < l.per_ip_per_minute || l.global_burst < l.per_ip_burst {
+        errs.push(format!(
+            "rate_limits.{name}: the global rate and burst must be at least the per-IP ones"
+        ));
+    }
+    l
+}
+
+/// Validates `[rate_limits]`.
+pub(super) fn rate_limits(raw: &RawRateLimits, errs: &mut Vec<String>) -> RateLimits {
+    RateLimits {
+        enabled: raw.enabled,
+        register: one_limit("register", &raw.register, RateLimit::REGISTER, errs),
+        token: one_limit("token", &raw.token, RateLimit::TOKEN, errs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn reg(toml_text: &str) -> (RegistrationPolicy, Vec<String>) {
+        let raw: RawRegistration = toml::from_str(toml_text).unwrap();
+        let mut errs = Vec::new();
+        let p = registration(&raw, &HashMap::new(), &mut errs);
+        (p, errs)
+    }
+
+    #[test]
+    fn registration_defaults_to_open_with_a_day_to_finish() {
+        let (p, errs) = reg("");
+        assert!(errs.is_empty(), "{errs:?}");
+        assert!(matches!(p.mode, RegistrationMode::Open));
+        assert_eq!(p.unused_client_ttl_secs, 86_400);
+    }
+
+    #[test]
+    fn initial_access_token_must_be_long_and_compares_exactly() {
+        let (_, errs) = reg("policy = \"initial_access_token\"\ninitial_access_token = \"short\"");
+        assert!(errs.iter().any(|e| e.contains("at least 32")), "{errs:?}");
+        let (_, errs) = reg("policy = \"initial_access_token\"");
+        assert!(errs.iter().any(|e| e.contains("required")), "{errs:?}");
+        let t = "a".repeat(40);
+        let (p, errs) = reg(&format!(
+            "policy = \"initial_access_token\"\ninitial_access_token = \"{t}\""
+        ));
+        assert!(errs.is_empty(), "{errs:?}");
+        assert!(p.mode.token_matches(&t));
+        assert!(!p.mode.token_matches(&"a".repeat(39)));
+        assert!(!p.mode.token_matches(""));
+        assert!(!format!("{p:?}").contains(&t), "the token is never printed");
+    }
+
+    #[test]
+    fn token_given_with_open_policy_is_a_mistake() {
+        let (_, errs) = reg(&format!("initial_access_token = \"{}\"", "b".repeat(40)));
+        assert!(
+            errs.iter().any(|e| e.contains("only used with")),
+            "{errs:?}"
+        );
+        let (_, errs) = reg("policy = \"invite_only\"");
+        assert!(errs.iter().any(|e| e.contains("registration.policy")));
+    }
+
+    #[test]
+    fn trusted_proxies_accept_ips_and_networks_and_refuse_trust_everyone() {
+        let mut errs = Vec::new();
+        let t = trusted_proxies(
+            &["10.0.0.0/8".into(), "127.0.0.1".into(), "fd00::/8".into()],
+            None,
+            &mut errs,
+        );
+        assert!(errs.is_empty(), "{errs:?}");
+        assert!(t.contains("10.1.2.3".parse().unwrap()));
+        assert!(t.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(t.contains("127.0.0.1".parse().unwrap()));
+        assert!(!t.contains("127.0.0.2".parse().unwrap()));
+        assert!(!t.contains("11.0.0.1".parse().unwrap()));
+        for bad in [
+            "0.0.0.0/0",
+            "::/0",
+            "10.0.0.1/8",
+            "lb.internal",
+            "10.0.0.0/33",
+        ] {
+            let mut errs = Vec::new();
+            trusted_proxies(&[bad.into()], None, &mut errs);
+            assert_eq!(errs.len(), 1, "{bad}: {errs:?}");
+        }
+        let mut errs = Vec::new();
+        trusted_proxies(&[], Some("X-Real-IP"), &mut errs);
+        assert_eq!(errs.len(), 1);
+    }
+
+    #[test]
+    fn rate_limits_default_generous_and_global_at_least_per_ip() {
+        let mut errs = Vec::new();
+        let l = rate_limits(&toml::from_str("").unwrap(), &mut errs);
+        assert!(errs.is_empty());
+        assert_eq!(l, RateLimits::default());
+        let raw: RawRateLimits =
+            toml::from_str("[register]\nper_ip_burst = 10\nglobal_burst = 5").unwrap();
+        rate_limits(&raw, &mut errs);
+        assert!(
+            errs.iter().any(|e| e.contains("at least the per-IP")),
+            "{errs:?}"
+        );
+        let raw: RawRateLimits = toml::from_str("[token]\nper_ip_per_minute = 0").unwrap();
+        let mut errs = Vec::new();
+        rate_limits(&raw, &mut errs);
+        assert!(errs.iter().any(|e| e.contains("at least 1")), "{errs:?}");
+    }
+}

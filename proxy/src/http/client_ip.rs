@@ -1,0 +1,219 @@
+//! The one place that decides a request's client IP (for rate limits and audit).
+//!
+//! The TCP peer is the client, unless the peer is a configured trusted proxy: then the
+//! configured forwarded header (`X-Forwarded-For` or RFC 7239 `Forwarded`) is walked from the
+//! right, skipping trusted hops, and the first untrusted address is the client. Everything to
+//! its left was written by the client itself and is never believed, and a header from an
+//! untrusted peer is ignored entirely.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::HeaderMap;
+
+use crate::app::App;
+use crate::config::{ForwardedHeader, TrustedProxies};
+
+/// The client's IP as decided by [`resolve`], in request extensions for handlers and audit.
+/// Absent only when the router runs without connection info (in-process benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// Parses one node of a forwarded chain: `1.2.3.4`, `1.2.3.4:80`, `::1`, `[::1]`,
+/// `[::1]:80`, optionally quoted. Obfuscated identifiers and `unknown` are not addresses.
+fn parse_node(s: &str) -> Option<IpAddr> {
+    let s = s.trim().trim_matches('"');
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (inside, _) = rest.split_once(']')?;
+        return inside.parse::<IpAddr>().ok().map(|ip| ip.to_canonical());
+    }
+    s.parse::<SocketAddr>().ok().map(|a| a.ip().to_canonical())
+}
+
+/// The hops listed in the configured header, left (the original client) to right (the last
+/// proxy). `None` for an entry that is not an address; `Err` if a header is not text.
+fn chain(headers: &HeaderMap, which: ForwardedHeader) -> Result<Vec<Option<IpAddr>>, ()> {
+    let mut hops = Vec::new();
+    let name = match which {
+        ForwardedHeader::XForwardedFor => "x-forwarded-for",
+        ForwardedHeader::Forwarded => "forwarded",
+    };
+    for value in headers.get_all(name) {
+        let value = value.to_str().map_err(|_| ())?;
+        for element in value.split(',') {
+            match which {
+                ForwardedHeader::XForwardedFor => hops.push(parse_node(element)),
+                ForwardedHeader::Forwarded => {
+                    let node = element.split(';').find_map(|pair| {
+                        let (k, v) = pair.split_once('=')?;
+                        k.trim().eq_ignore_ascii_case("for").then_some(v)
+                    });
+                    hops.push(node.and_then(parse_node));
+                }
+            }
+        }
+    }
+    Ok(hops)
+}
+
+/// Decides the client IP of a request that arrived from `peer`.
+pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> IpAddr {
+    let mut current = peer.to_canonical();
+    if !trusted.contains(current) {
+        return current;
+    }
+    let Ok(hops) = chain(headers, trusted.header) else {
+        return current;
+    };
+    for hop in hops.into_iter().rev() {
+        match hop {
+            Some(ip) => current = ip,
+            // Garbage where an address should be: stop at the last hop we can vouch for
+            // rather than guess (that proxy's IP then stands for the request).
+            None => return current,
+        }
+        if !trusted.contains(current) {
+            return current;
+        }
+    }
+    current
+}
+
+/// Middleware: puts the request's [`ClientIp`] into its extensions.
+pub async fn layer(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip());
+    if let Some(peer) = peer {
+        let ip = resolve(peer, req.headers(), &app.config.trusted_proxies);
+        req.extensions_mut().insert(ClientIp(ip));
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn trusted(nets: &[&str], header: ForwardedHeader) -> TrustedProxies {
+        TrustedProxies {
+            nets: nets.iter().map(|n| n.parse().unwrap()).collect(),
+            header,
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    const LB: &str = "10.0.0.5";
+
+    #[test]
+    fn direct_client_is_the_peer() {
+        let t = trusted(&[], ForwardedHeader::XForwardedFor);
+        assert_eq!(
+            resolve(ip("203.0.113.7"), &HeaderMap::new(), &t),
+            ip("203.0.113.7")
+        );
+    }
+
+    #[test]
+    fn spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[("x-forwarded-for", "198.51.100.1")]);
+        assert_eq!(resolve(ip("203.0.113.7"), &h, &t), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn client_prepended_addresses_behind_a_trusted_proxy_are_not_believed() {
+        // The client sent "X-Forwarded-For: 1.1.1.1"; the load balancer appended its peer.
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[("x-forwarded-for", "1.1.1.1, 203.0.113.7")]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn several_trusted_hops_are_skipped_from_the_right() {
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[
+            ("x-forwarded-for", "9.9.9.9, 203.0.113.7"),
+            ("x-forwarded-for", "10.1.1.1, 10.2.2.2"),
+        ]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn spoofing_a_trusted_address_to_hide_behind_it_stops_at_the_next_real_hop() {
+        // A client claiming to be another internal proxy still ends up as itself: its own
+        // address is the first untrusted one from the right.
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[("x-forwarded-for", "10.9.9.9, 203.0.113.7")]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn garbage_injected_into_the_chain_falls_back_to_the_last_trusted_hop() {
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[("x-forwarded-for", "203.0.113.7, not-an-ip")]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip(LB));
+        let h = headers(&[("x-forwarded-for", "")]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip(LB));
+    }
+
+    #[test]
+    fn the_other_forwarded_header_is_ignored_even_from_a_trusted_proxy() {
+        // The load balancer writes X-Forwarded-For; a client-supplied Forwarded passes through
+        // untouched and must not choose the IP.
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[
+            ("forwarded", "for=198.51.100.1"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip("203.0.113.7"));
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::Forwarded);
+        let h = headers(&[
+            ("x-forwarded-for", "198.51.100.1"),
+            (
+                "forwarded",
+                "for=1.1.1.1, For=\"[2001:db8:cafe::17]:4711\";proto=https, for=10.0.0.9",
+            ),
+        ]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip("2001:db8:cafe::17"));
+    }
+
+    #[test]
+    fn obfuscated_forwarded_node_is_not_an_address() {
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::Forwarded);
+        let h = headers(&[("forwarded", "for=_hidden, for=unknown")]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip(LB));
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_cannot_dodge_the_trust_list_or_the_bucket() {
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[("x-forwarded-for", "::ffff:203.0.113.7")]);
+        assert_eq!(resolve(ip("::ffff:10.0.0.5"), &h, &t), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn ports_in_forwarded_for_are_dropped() {
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[("x-forwarded-for", "203.0.113.7:5555, [2001:db8::1]:443")]);
+        assert_eq!(resolve(ip(LB), &h, &t), ip("2001:db8::1"));
+    }
+}

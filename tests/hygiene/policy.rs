@@ -1,0 +1,132 @@
+//! Registration policy: open, initial access token (RFC 7591 §3), closed.
+
+use super::{behind_trusted_proxy, body, register_as};
+use crate::support::Options;
+use crate::support::TestProxy;
+use mcp_oauth_proxy::store::Keyspace;
+
+const IAT: &str = "iat-0123456789abcdef0123456789abcdef";
+
+async fn with_policy(policy: &str) -> TestProxy {
+    let token = if policy == "initial_access_token" {
+        format!("initial_access_token = \"{IAT}\"\n")
+    } else {
+        String::new()
+    };
+    TestProxy::start_with(Options {
+        extra_toml: format!("[registration]\npolicy = \"{policy}\"\n{token}"),
+        ..Options::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn closed_registration_refuses_dcr_with_403_and_stores_nothing() {
+    let proxy = with_policy("closed").await;
+    let r = register_as(&proxy, None, None, &body("Agent", "https://app.example/cb")).await;
+    assert_eq!(
+        (r.status, r.error()),
+        (403, "access_denied"),
+        "{:?}",
+        r.json
+    );
+    assert!(
+        r.json["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("metadata document")
+    );
+    assert_eq!(r.headers["cache-control"], "no-store");
+    // Even a token does not open a closed registration.
+    let r = register_as(
+        &proxy,
+        None,
+        Some(&format!("Bearer {IAT}")),
+        &body("Agent", "https://app.example/cb"),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(proxy.count(Keyspace::Clients).await, 0);
+    assert_eq!(proxy.count(Keyspace::ClientDedupe).await, 0);
+    assert!(
+        !proxy
+            .audit_events()
+            .await
+            .contains(&"client_registered".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn registration_without_the_initial_access_token_is_refused_401_and_stores_nothing() {
+    let proxy = with_policy("initial_access_token").await;
+    let b = body("Agent", "https://app.example/cb");
+    let r = register_as(&proxy, None, None, &b).await;
+    assert_eq!(
+        (r.status, r.error()),
+        (401, "invalid_token"),
+        "{:?}",
+        r.json
+    );
+    assert!(
+        r.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    for wrong in [
+        "Bearer iat-0123456789abcdef0123456789abcdeX".to_owned(),
+        "Bearer ".to_owned(),
+        format!("Basic {IAT}"),
+        format!("Bearer {IAT}x"),
+    ] {
+        let r = register_as(&proxy, None, Some(&wrong), &b).await;
+        assert_eq!((r.status, r.error()), (401, "invalid_token"), "{wrong}");
+    }
+    let r = register_as(&proxy, None, Some("Bearer guess"), &b).await;
+    assert_eq!(
+        r.headers["www-authenticate"],
+        "Bearer realm=\"registration\", error=\"invalid_token\""
+    );
+    assert_eq!(proxy.count(Keyspace::Clients).await, 0);
+    assert!(
+        !proxy
+            .audit_events()
+            .await
+            .contains(&"client_registered".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn registration_with_the_initial_access_token_succeeds() {
+    let proxy = with_policy("initial_access_token").await;
+    let r = register_as(
+        &proxy,
+        None,
+        Some(&format!("bearer {IAT}")),
+        &body("Agent", "https://app.example/cb"),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{:?}", r.json);
+    assert_eq!(proxy.count(Keyspace::Clients).await, 1);
+}
+
+#[tokio::test]
+async fn open_registration_audits_source_and_client_ip() {
+    let proxy = behind_trusted_proxy("").await;
+    let r = register_as(
+        &proxy,
+        Some("198.51.100.23"),
+        None,
+        &body("Agent", "https://app.example/cb"),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{:?}", r.json);
+    let all = proxy.app.audit.all().await.unwrap();
+    let ev = all
+        .iter()
+        .find(|e| e.event["event"] == "client_registered")
+        .unwrap();
+    assert_eq!(ev.event["source"], "dynamic");
+    assert_eq!(ev.event["ip"], "198.51.100.23");
+    assert_eq!(ev.event["client_id"], r.json["client_id"]);
+}
