@@ -55,6 +55,10 @@ impl App {
         store: SharedStore,
         clock: SharedClock,
     ) -> Result<App, GitHubError> {
+        // Every store call is timed, whichever backend was opened.
+        let metrics = Metrics::new();
+        let store: SharedStore =
+            std::sync::Arc::new(crate::store::MeteredStore::new(store, metrics.clone()));
         let github = GitHubClient::new(config.github.clone(), &config.github_callback_url())?;
         let grants = Grants::new(
             store.clone(),
@@ -62,7 +66,6 @@ impl App {
             github.clone(),
             clock.clone(),
         );
-        let metrics = Metrics::new();
         let audit = Audit::new(store.clone(), clock.clone(), metrics.clone());
         let offered_scopes = ScopeSet::from_list(config.github.scopes.iter().cloned());
         let backend_http = match &config.backend {

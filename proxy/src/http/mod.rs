@@ -9,6 +9,7 @@ pub mod error;
 mod headers;
 mod mcp;
 mod metadata;
+mod request_metrics;
 
 use std::future::Future;
 
@@ -95,8 +96,13 @@ pub fn router(app: App) -> Router {
     api.merge(browser)
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
+        .route_layer(axum::middleware::from_fn(request_metrics::tag_route))
         .fallback(browser::not_found)
         .layer(axum::middleware::from_fn(headers::security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            app.metrics.clone(),
+            request_metrics::record,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(app)
 }
