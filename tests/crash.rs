@@ -1767,6 +1767,9 @@ request_state = "{k5}"
 
 [tokens]
 refresh_grace_secs = 0
+
+[admin]
+listen = "127.0.0.1:0"
 "#,
         a = github.authorize_url(),
         t = github.token_url(),

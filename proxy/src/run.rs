@@ -103,7 +103,8 @@ pub fn spawn_sweeper(app: &App) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Binds and serves `app` until `shutdown`, then flushes the store.
+/// Binds the main and the admin listener and serves `app` on both until `shutdown` (both stop
+/// together), then flushes the store.
 pub async fn serve_on(
     addr: SocketAddr,
     app: App,
@@ -112,10 +113,46 @@ pub async fn serve_on(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|error| StartError::Bind { addr, error })?;
+    let admin_addr = app.config.admin.listen;
+    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .map_err(|error| StartError::Bind {
+            addr: admin_addr,
+            error,
+        })?;
+    // One shutdown signal, fanned out to both listeners.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
     let sweeper = spawn_sweeper(&app);
     let store = app.store.clone();
     tracing::info!(%addr, issuer = app.issuer(), "serving");
-    let result = crate::http::serve(listener, app, shutdown).await;
+    tracing::info!(
+        addr = %admin_listener.local_addr().unwrap_or(admin_addr),
+        admin_api = app.config.admin.token.is_some(),
+        "admin listener: /metrics, /healthz, /readyz, /admin/api"
+    );
+    let admin = tokio::spawn(crate::admin::serve(
+        admin_listener,
+        app.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let result = crate::http::serve(listener, app, stopped(stop_rx.clone())).await;
+    if *stop_rx.borrow() {
+        match admin.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "admin listener failed"),
+            Err(e) => tracing::warn!(error = %e, "admin listener task failed"),
+            Ok(Ok(())) => {}
+        }
+    } else {
+        // The main listener failed on its own: the admin one must not outlive it.
+        admin.abort();
+    }
     sweeper.abort();
     if let Err(e) = store.flush().await {
         tracing::error!(error = %e, "final flush failed");

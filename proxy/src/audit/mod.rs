@@ -28,6 +28,22 @@ pub enum AuditEvent {
         /// Its redirect URIs.
         redirect_uris: Vec<String>,
     },
+    /// An operator deleted a client through the admin API.
+    ClientDeleted {
+        /// Client.
+        client_id: ClientId,
+        /// Consents forgotten.
+        consents: usize,
+        /// Families revoked.
+        families: usize,
+    },
+    /// An operator revoked a person's GitHub grant and tokens through the admin API.
+    GrantRevokedByAdmin {
+        /// Person.
+        user_id: UserId,
+        /// Families revoked.
+        families: usize,
+    },
     /// The consent page was shown.
     ConsentShown {
         /// Client.

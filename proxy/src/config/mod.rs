@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use url::Url;
 
+pub mod admin;
+
 use crate::crypto::{self, Key};
 use crate::ids::ClientSecret;
 
@@ -56,6 +58,8 @@ struct RawConfig {
     backend: Option<RawBackend>,
     #[serde(default)]
     connect: RawConnect,
+    #[serde(default)]
+    admin: admin::RawAdmin,
 }
 
 #[derive(Debug, Deserialize)]
@@ -235,6 +239,8 @@ pub struct Config {
     pub backend: Option<BackendConfig>,
     /// Connect links.
     pub connect: ConnectPolicy,
+    /// The admin listener (metrics, health, admin API).
+    pub admin: admin::AdminConfig,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -936,9 +942,12 @@ impl Config {
             ));
         }
 
+        let admin = admin::validate(&raw.admin, listen, env, &mut errs);
+
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
+                    admin,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,
