@@ -8,6 +8,13 @@
 mod crash;
 mod support;
 
+/// Metrics, health and the admin API on the admin listener, and the `admin` CLI.
+mod admin {
+    mod api;
+    mod cli;
+    mod metrics;
+}
+
 mod bindings {
     mod audience;
     mod browser_state;
