@@ -91,7 +91,7 @@ impl From<&ClientRecord> for ClientView {
             client_id: c.client_id.clone(),
             client_name: c.client_name.clone(),
             redirect_uris: c.redirect_uris.clone(),
-            auth_method: serde_json::to_value(&c.auth_method).unwrap_or(Value::Null),
+            auth_method: serde_json::to_value(c.auth_method).unwrap_or(Value::Null),
             grant_types: c.grant_types.clone(),
             registered_at: c.registered_at.0,
         }
