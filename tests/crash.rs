@@ -1772,6 +1772,8 @@ refresh_grace_secs = 0
 # durability, not the rate limiter.
 [rate_limits]
 enabled = false
+[admin]
+listen = "127.0.0.1:0"
 "#,
         a = github.authorize_url(),
         t = github.token_url(),

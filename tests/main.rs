@@ -17,6 +17,13 @@ mod audit {
     mod webhook;
 }
 
+/// Metrics, health and the admin API on the admin listener, and the `admin` CLI.
+mod admin {
+    mod api;
+    mod cli;
+    mod metrics;
+}
+
 mod bindings {
     mod audience;
     mod browser_state;

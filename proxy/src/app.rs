@@ -76,6 +76,9 @@ impl App {
         clock: SharedClock,
         resolver: Arc<dyn Resolver>,
     ) -> Result<App, GitHubError> {
+        // Every store call is timed, whichever backend was opened.
+        let metrics = Metrics::new();
+        let store: SharedStore = Arc::new(crate::store::MeteredStore::new(store, metrics.clone()));
         let github = GitHubClient::new(config.github.clone(), &config.github_callback_url())?;
         let grants = Grants::new(
             store.clone(),
@@ -83,7 +86,6 @@ impl App {
             github.clone(),
             clock.clone(),
         );
-        let metrics = Metrics::new();
         let mut audit =
             Audit::new(store.clone(), clock.clone(), metrics.clone()).with_alerts(&config.alerts);
         if let Some(hook) = &config.webhook {

@@ -118,6 +118,10 @@ secret_type!(
     SessionToken
 );
 secret_type!(
+    /// The operator's bearer token for the admin API (`[admin] token`).
+    AdminToken
+);
+secret_type!(
     /// The PKCE verifier the proxy uses toward GitHub.
     PkceVerifier
 );

@@ -3,9 +3,11 @@
 //! audience-bound tokens. See `SECURITY.md` for where each binding is enforced.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod app;
 pub mod audit;
 pub mod bindings;
+pub mod cli;
 pub mod clients;
 pub mod clock;
 pub mod config;

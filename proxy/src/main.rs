@@ -52,6 +52,8 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
     },
+    /// Talk to a running proxy's admin API (clients, consents, grants, audit).
+    Admin(mcp_oauth_proxy::cli::admin::AdminArgs),
 }
 
 fn init_logging(json: bool) {
@@ -68,7 +70,21 @@ fn init_logging(json: bool) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors exit 64 (EX_USAGE) like configuration errors; --help and --version exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if let Command::Admin(args) = cli.command {
+        return mcp_oauth_proxy::cli::admin::main(args);
+    }
     // Configuration first: every error is reported before anything starts.
     let config = match &cli.command {
         Command::Serve { config }
@@ -80,7 +96,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         },
-        Command::Demo { .. } => None,
+        Command::Demo { .. } | Command::Admin(_) => None,
     };
     if let Command::CheckConfig { .. } = cli.command {
         println!("configuration is valid");

@@ -2,35 +2,456 @@
 //! events (one place decides what happened), request counters by an HTTP middleware, store
 //! latency by a wrapper around the store.
 //!
-//! The methods below are the interface the rest of the proxy calls; their bodies belong to the
-//! metrics work (issue 6).
+//! Labels only ever hold values from fixed sets (route templates, event kinds, short reason
+//! words), never a path, id, token or free text, so cardinality stays bounded and nothing
+//! secret reaches a scrape.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 
 use crate::audit::AuditEvent;
 
+/// The content type of [`Metrics::render`] (OpenMetrics text, which Prometheus scrapes).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: String,
+    method: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectionLabels {
+    source: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Request latencies: 1 ms to about 33 s.
+fn request_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Store latencies: 50 µs to about 1.6 s.
+fn store_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+struct Inner {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Histograms<EndpointLabels>,
+    audit_events: Family<KindLabels, Counter>,
+    registrations: Counter,
+    consents: Family<DecisionLabels, Counter>,
+    codes: Counter,
+    tokens: Counter,
+    refreshes: Counter,
+    reuse: Family<KindLabels, Counter>,
+    rejections: Family<RejectionLabels, Counter>,
+    connect_links: Family<OutcomeLabels, Counter>,
+    alerts: Family<KindLabels, Counter>,
+    webhooks: Family<ResultLabels, Counter>,
+    webhook_drops: Counter,
+    store_seconds: Histograms<OpLabels>,
+}
+
 /// The metrics registry. Cheap to clone.
-#[derive(Clone, Default)]
-pub struct Metrics {}
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Measures how long something takes. Monotonic time for durations only; wall-clock time
+/// still comes from the injected clock.
+pub struct Timer(std::time::Instant);
+
+impl Timer {
+    /// Starts timing.
+    #[allow(clippy::disallowed_methods)] // a latency, not a timestamp: nothing depends on it
+    pub fn start() -> Timer {
+        Timer(std::time::Instant::now())
+    }
+    /// Time since start.
+    pub fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// A label value from untrusted or open-ended text: kept if it is one short lowercase word
+/// (`a-z`, `0-9`, `_`), else `other`, so a free-text reason cannot explode cardinality.
+fn word(s: &str) -> String {
+    if !s.is_empty()
+        && s.len() <= 40
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        s.to_owned()
+    } else {
+        "other".to_owned()
+    }
+}
 
 impl Metrics {
-    /// A new, empty registry.
+    /// A new registry with every metric registered (at zero).
     pub fn new() -> Metrics {
-        Metrics::default()
+        let mut registry = Registry::with_prefix("mcp_proxy");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests on the main listener by route template, method and status",
+            requests.clone(),
+        );
+        let request_seconds: Histograms<EndpointLabels> =
+            Family::new_with_constructor(request_histogram);
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route template",
+            request_seconds.clone(),
+        );
+        let audit_events = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "audit_events",
+            "Audit events recorded, by kind",
+            audit_events.clone(),
+        );
+        let registrations = Counter::default();
+        registry.register(
+            "registrations",
+            "Clients registered (RFC 7591)",
+            registrations.clone(),
+        );
+        let consents = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "consents",
+            "Consent decisions: approved, denied, recorded, or remembered (page skipped)",
+            consents.clone(),
+        );
+        let codes = Counter::default();
+        registry.register("codes_issued", "Authorization codes issued", codes.clone());
+        let tokens = Counter::default();
+        registry.register(
+            "tokens_issued",
+            "Token sets issued from a code",
+            tokens.clone(),
+        );
+        let refreshes = Counter::default();
+        registry.register("refreshes", "Refresh tokens rotated", refreshes.clone());
+        let reuse = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "reuse_detections",
+            "Replayed codes or refresh tokens (their family was revoked)",
+            reuse.clone(),
+        );
+        let rejections = Family::<RejectionLabels, Counter>::default();
+        registry.register(
+            "rejections",
+            "Requests refused, by where and why",
+            rejections.clone(),
+        );
+        let connect_links = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "connect_links",
+            "Connect links by outcome",
+            connect_links.clone(),
+        );
+        let alerts = Family::<KindLabels, Counter>::default();
+        registry.register("alerts", "Alerts raised, by kind", alerts.clone());
+        let webhooks = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Webhook delivery attempts: delivered or failed",
+            webhooks.clone(),
+        );
+        let webhook_drops = Counter::default();
+        registry.register(
+            "webhook_dropped",
+            "Events dropped before delivery (queue full or retries exhausted)",
+            webhook_drops.clone(),
+        );
+        let store_seconds: Histograms<OpLabels> = Family::new_with_constructor(store_histogram);
+        registry.register(
+            "store_operation_duration_seconds",
+            "Store operation latency, by operation",
+            store_seconds.clone(),
+        );
+        Metrics(Arc::new(Inner {
+            registry,
+            requests,
+            request_seconds,
+            audit_events,
+            registrations,
+            consents,
+            codes,
+            tokens,
+            refreshes,
+            reuse,
+            rejections,
+            connect_links,
+            alerts,
+            webhooks,
+            webhook_drops,
+            store_seconds,
+        }))
     }
 
-    /// An audit event was recorded.
-    pub fn audit_event(&self, _event: &AuditEvent) {}
+    /// An audit event was recorded. Derived from the event's serialized kind and fields, so
+    /// kinds added later are counted under `audit_events` without a change here.
+    pub fn audit_event(&self, event: &AuditEvent) {
+        let Ok(json) = serde_json::to_value(event) else {
+            return;
+        };
+        let kind = json["event"].as_str().unwrap_or("unknown");
+        let field = |name: &str| json[name].as_str().map(word);
+        let m = &self.0;
+        m.audit_events
+            .get_or_create(&KindLabels { kind: word(kind) })
+            .inc();
+        let consent = |d: &str| {
+            m.consents
+                .get_or_create(&DecisionLabels {
+                    decision: d.to_owned(),
+                })
+                .inc();
+        };
+        let reject = |source: &str, reason: Option<String>| {
+            m.rejections
+                .get_or_create(&RejectionLabels {
+                    source: source.to_owned(),
+                    reason: reason.unwrap_or_else(|| "other".to_owned()),
+                })
+                .inc();
+        };
+        let link = |outcome: &str| {
+            m.connect_links
+                .get_or_create(&OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                })
+                .inc();
+        };
+        match kind {
+            "client_registered" => {
+                m.registrations.inc();
+            }
+            "consent_approved" => consent("approved"),
+            "consent_denied" => consent("denied"),
+            "consent_recorded" => consent("recorded"),
+            "code_issued" => {
+                m.codes.inc();
+                if json["consent_remembered"].as_bool() == Some(true) {
+                    consent("remembered");
+                }
+            }
+            "token_issued" => {
+                m.tokens.inc();
+            }
+            "token_refreshed" => {
+                m.refreshes.inc();
+            }
+            "code_reuse" => {
+                m.reuse
+                    .get_or_create(&KindLabels {
+                        kind: "code".to_owned(),
+                    })
+                    .inc();
+            }
+            "refresh_reuse" => {
+                m.reuse
+                    .get_or_create(&KindLabels {
+                        kind: "refresh_token".to_owned(),
+                    })
+                    .inc();
+            }
+            "token_rejected" => reject("mcp_token", field("reason")),
+            "callback_rejected" => reject("callback", field("reason")),
+            "handle_rejected" => reject("mcp_handle", field("kind")),
+            "token_exchange_refused" => reject("token_exchange", field("reason")),
+            "connect_link_created" => link("created"),
+            "connect_link_refused" => link("refused_wrong_person"),
+            "connect_link_wrong_account" => link("wrong_account"),
+            "connect_link_completed" => link("completed"),
+            "connect_link_declined" => link("declined"),
+            other if other.starts_with("alert") => {
+                // An alert's own kind if it names one, else the event's.
+                let alert = field("kind")
+                    .or_else(|| field("alert"))
+                    .unwrap_or_else(|| word(other));
+                m.alerts.get_or_create(&KindLabels { kind: alert }).inc();
+            }
+            _ => {}
+        }
+    }
 
     /// A webhook delivery succeeded.
-    pub fn webhook_delivered(&self) {}
+    pub fn webhook_delivered(&self) {
+        self.webhook("delivered");
+    }
 
     /// A webhook delivery attempt failed (it may be retried).
-    pub fn webhook_failed(&self) {}
+    pub fn webhook_failed(&self) {
+        self.webhook("failed");
+    }
+
+    fn webhook(&self, result: &str) {
+        self.0
+            .webhooks
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
 
     /// An event was dropped before delivery (queue full or retries exhausted).
-    pub fn webhook_dropped(&self) {}
+    pub fn webhook_dropped(&self) {
+        self.0.webhook_drops.inc();
+    }
 
     /// A store operation took `took`.
-    pub fn store_op(&self, _op: &'static str, _took: Duration) {}
+    pub fn store_op(&self, op: &'static str, took: Duration) {
+        self.0
+            .store_seconds
+            .get_or_create(&OpLabels { op: op.to_owned() })
+            .observe(took.as_secs_f64());
+    }
+
+    /// An HTTP request on the main listener finished. `endpoint` is the matched route
+    /// template (`/connect/{code}`), never the raw path.
+    pub fn http_request(&self, endpoint: &str, method: &str, status: u16, took: Duration) {
+        self.0
+            .requests
+            .get_or_create(&RequestLabels {
+                endpoint: endpoint.to_owned(),
+                method: method.to_owned(),
+                status,
+            })
+            .inc();
+        self.0
+            .request_seconds
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The exposition (OpenMetrics text, see [`CONTENT_TYPE`]).
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.0.registry)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ClientId, FamilyId, UserId};
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn audit_events_move_the_domain_counters() {
+        let m = Metrics::new();
+        m.audit_event(&AuditEvent::CodeIssued {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new("c"),
+            consent_remembered: true,
+            code_id: "k".to_owned(),
+            family_id: FamilyId::new("f"),
+            redirect_uri: "https://app.example/cb".to_owned(),
+        });
+        m.audit_event(&AuditEvent::RefreshReuse {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new("c"),
+            family_id: FamilyId::new("f"),
+        });
+        m.audit_event(&AuditEvent::TokenRejected { reason: "revoked" });
+        m.audit_event(&AuditEvent::TokenExchangeRefused {
+            reason: "Bad Request: free text".to_owned(),
+        });
+        let text = m.render().unwrap();
+        assert_eq!(
+            line(&text, "mcp_proxy_codes_issued_total "),
+            Some("mcp_proxy_codes_issued_total 1")
+        );
+        assert!(text.contains("mcp_proxy_consents_total{decision=\"remembered\"} 1"));
+        assert!(text.contains("mcp_proxy_reuse_detections_total{kind=\"refresh_token\"} 1"));
+        assert!(
+            text.contains("mcp_proxy_rejections_total{source=\"mcp_token\",reason=\"revoked\"} 1")
+        );
+        // Free text never becomes a label value.
+        assert!(
+            text.contains(
+                "mcp_proxy_rejections_total{source=\"token_exchange\",reason=\"other\"} 1"
+            )
+        );
+        assert!(!text.contains("free text"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn word_keeps_short_lowercase_words_only() {
+        assert_eq!(word("wrong_audience"), "wrong_audience");
+        assert_eq!(word("Wrong"), "other");
+        assert_eq!(word(""), "other");
+        assert_eq!(word(&"a".repeat(41)), "other");
+        assert_eq!(word("a\"b"), "other");
+    }
+
+    #[test]
+    fn webhook_and_store_metrics_are_exposed() {
+        let m = Metrics::new();
+        m.webhook_delivered();
+        m.webhook_failed();
+        m.webhook_dropped();
+        m.store_op("get", Duration::from_millis(2));
+        let text = m.render().unwrap();
+        assert!(text.contains("mcp_proxy_webhook_deliveries_total{result=\"delivered\"} 1"));
+        assert!(text.contains("mcp_proxy_webhook_deliveries_total{result=\"failed\"} 1"));
+        assert!(text.contains("mcp_proxy_webhook_dropped_total 1"));
+        assert!(text.contains("mcp_proxy_store_operation_duration_seconds_count{op=\"get\"} 1"));
+    }
 }

@@ -111,8 +111,9 @@ pub fn spawn_sweeper(app: &App) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Binds and serves `app` (over TLS when configured) until `shutdown`, then drains within
-/// the grace period (see `shutdown.rs`) and flushes the store.
+/// Binds the main and the admin listener and serves `app` (over TLS when configured) until
+/// `shutdown`; then both stop accepting, the main one drains within the grace period (see
+/// `shutdown.rs`), and the store is flushed.
 pub async fn serve_on(
     addr: SocketAddr,
     app: App,
@@ -127,6 +128,13 @@ pub async fn serve_on(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|error| StartError::Bind { addr, error })?;
+    let admin_addr = app.config.admin.listen;
+    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .map_err(|error| StartError::Bind {
+            addr: admin_addr,
+            error,
+        })?;
     // Before serving: from here on a SIGHUP reloads instead of terminating the process.
     #[cfg(unix)]
     let reloader = crate::shutdown::reload_on_sighup(tls.clone());
@@ -134,12 +142,32 @@ pub async fn serve_on(
     let store = app.store.clone();
     let drain = app.drain.clone();
     let grace = Duration::from_secs(app.config.shutdown_grace_secs);
-    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel();
-    let shutdown = async move {
+    // One shutdown signal, fanned out to both listeners and the grace timer.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel();
+    let main_stopped = stopped(stop_rx.clone());
+    let shutdown = async move {
+        main_stopped.await;
         let _ = stopping_tx.send(());
     };
     tracing::info!(%addr, issuer = app.issuer(), tls = tls.is_some(), "serving");
+    tracing::info!(
+        addr = %admin_listener.local_addr().unwrap_or(admin_addr),
+        admin_api = app.config.admin.token.is_some(),
+        "admin listener: /metrics, /healthz, /readyz, /admin/api"
+    );
+    let admin = tokio::spawn(crate::admin::serve(
+        admin_listener,
+        app.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let serving: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls {
         Some(tls) => Box::pin(crate::http::serve_tls(
             tls.listener(listener),
@@ -149,6 +177,16 @@ pub async fn serve_on(
         None => Box::pin(crate::http::serve(listener, app, shutdown)),
     };
     let result = crate::shutdown::with_grace(serving, stopping_rx, grace, &drain).await;
+    if *stop_rx.borrow() {
+        match admin.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "admin listener failed"),
+            Err(e) => tracing::warn!(error = %e, "admin listener task failed"),
+            Ok(Ok(())) => {}
+        }
+    } else {
+        // The main listener failed on its own: the admin one must not outlive it.
+        admin.abort();
+    }
     sweeper.abort();
     #[cfg(unix)]
     if let Some(r) = reloader {

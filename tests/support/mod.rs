@@ -2,6 +2,7 @@
 //! temporary sled store), the fake GitHub, browsers with their own cookie jars, and an MCP
 //! client that registers and redeems codes over real HTTP.
 
+pub mod admin;
 pub mod browser;
 pub mod client;
 pub mod logs;

@@ -41,6 +41,22 @@ pub enum AuditEvent {
         /// The client IP it registered from, if known.
         ip: Option<std::net::IpAddr>,
     },
+    /// An operator deleted a client through the admin API.
+    ClientDeleted {
+        /// Client.
+        client_id: ClientId,
+        /// Consents forgotten.
+        consents: usize,
+        /// Families revoked.
+        families: usize,
+    },
+    /// An operator revoked a person's GitHub grant and tokens through the admin API.
+    GrantRevokedByAdmin {
+        /// Person.
+        user_id: UserId,
+        /// Families revoked.
+        families: usize,
+    },
     /// The consent page was shown.
     ConsentShown {
         /// Client.

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use url::Url;
 
+pub mod admin;
+
 use crate::crypto::{self, Key};
 use crate::ids::ClientSecret;
 
@@ -80,6 +82,7 @@ struct RawConfig {
     registration: registration::RawRegistration,
     #[serde(default)]
     rate_limits: registration::RawRateLimits,
+    admin: admin::RawAdmin,
 }
 
 #[derive(Debug, Deserialize)]
@@ -286,6 +289,8 @@ pub struct Config {
     pub rate_limits: RateLimits,
     /// Load balancers whose forwarded headers name the client IP.
     pub trusted_proxies: TrustedProxies,
+    /// The admin listener (metrics, health, admin API).
+    pub admin: admin::AdminConfig,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -1011,6 +1016,7 @@ impl Config {
             server.and_then(|s| s.forwarded_header.as_deref()),
             &mut errs,
         );
+        let admin = admin::validate(&raw.admin, listen, env, &mut errs);
 
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
@@ -1023,6 +1029,7 @@ impl Config {
                     registration,
                     rate_limits,
                     trusted_proxies,
+                    admin,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod account;
+pub mod admin;
 pub mod authorize;
 pub mod callback;
 pub mod codes;

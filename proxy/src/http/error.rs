@@ -321,3 +321,54 @@ impl IntoResponse for PageError {
         }
     }
 }
+
+/// An admin API failure: JSON `{"error": …, "error_description": …}`, never cached.
+impl IntoResponse for crate::flows::admin::AdminError {
+    fn into_response(self) -> Response {
+        use crate::flows::admin::AdminError;
+        let (status, code, desc) = match &self {
+            AdminError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid admin bearer token is required".to_owned(),
+            ),
+            AdminError::Disabled => (
+                StatusCode::FORBIDDEN,
+                "admin_api_disabled",
+                "the admin API is disabled: set [admin] token".to_owned(),
+            ),
+            AdminError::NotFound(what) => (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("{what} not found"),
+            ),
+            AdminError::BadRequest(why) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                (*why).to_owned(),
+            ),
+            AdminError::Flow(e) => {
+                let id = internal(e);
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    format!("internal error (request id {id})"),
+                )
+            }
+        };
+        let mut r = (
+            status,
+            Json(json!({"error": code, "error_description": desc})),
+        )
+            .into_response();
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"mcp-oauth-proxy admin\""),
+            );
+        }
+        r
+    }
+}

@@ -12,6 +12,7 @@ mod mcp;
 mod metadata;
 mod rate_limit;
 mod request_id;
+mod request_metrics;
 
 use std::future::Future;
 
@@ -113,6 +114,7 @@ pub fn router(app: App) -> Router {
         .merge(browser)
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
+        .route_layer(axum::middleware::from_fn(request_metrics::tag_route))
         .fallback(browser::not_found)
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
@@ -127,6 +129,10 @@ pub fn router(app: App) -> Router {
     };
     routes
         .layer(axum::middleware::from_fn(request_id::request_id))
+        .layer(axum::middleware::from_fn_with_state(
+            app.metrics.clone(),
+            request_metrics::record,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         // Streaming bodies end cleanly at the shutdown grace deadline (shutdown.rs).
         .layer(axum::middleware::map_response_with_state(

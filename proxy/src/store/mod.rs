@@ -5,6 +5,7 @@
 
 #[cfg(test)]
 mod conformance;
+mod metered;
 mod postgres;
 pub mod records;
 mod sled_store;
@@ -16,6 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::clock::UnixTime;
+pub use metered::MeteredStore;
 pub use postgres::PgStore;
 pub use sled_store::SledStore;
 

@@ -1,0 +1,236 @@
+//! The admin listener: `/metrics` (Prometheus), `/healthz`, `/readyz`, and the admin API under
+//! `/admin/api/` (bearer admin token). Handlers only parse, call `flows::admin` and map; every
+//! error goes through `http::error`'s mapping of [`AdminError`].
+
+use std::future::Future;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::app::App;
+use crate::flows::admin::{self as flow, AdminError, Operator};
+use crate::ids::{ClientId, UserId};
+
+/// Admin request bodies are a few ids.
+const MAX_BODY: usize = 16 * 1024;
+/// `audit tail` without `limit`.
+const DEFAULT_TAIL: usize = 50;
+
+/// The admin listener's routes.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/admin/api/clients", get(clients_list))
+        .route(
+            "/admin/api/clients/{id}",
+            get(client_show).delete(client_delete),
+        )
+        .route("/admin/api/consents", get(consents_list))
+        .route("/admin/api/consents/revoke", post(consent_revoke))
+        .route("/admin/api/grants/revoke", post(grant_revoke))
+        .route("/admin/api/audit/tail", get(audit_tail))
+        .route("/admin/api/audit/verify", get(audit_verify))
+        .route("/admin/api/audit/export", get(audit_export))
+        .fallback(|| async { AdminError::NotFound("route") })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app)
+}
+
+/// Serves the admin router until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The caller presented the admin token (checked before anything else is parsed).
+struct Op(Operator);
+
+impl FromRequestParts<App> for Op {
+    type Rejection = AdminError;
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Op, AdminError> {
+        let auth = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        flow::authorize(app, auth).map(Op)
+    }
+}
+
+fn json_ok<T: serde::Serialize>(v: &T) -> Response {
+    let mut r = axum::Json(v).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    match app.metrics.render() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn readyz(State(app): State<App>) -> Response {
+    let r = flow::readiness(&app).await;
+    let status = if r.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(json!({"ready": r.ready(), "checks": r}))).into_response()
+}
+
+async fn clients_list(State(app): State<App>, Op(op): Op) -> Result<Response, AdminError> {
+    Ok(json_ok(&flow::list_clients(&app, &op).await?))
+}
+
+async fn client_show(
+    State(app): State<App>,
+    Op(op): Op,
+    Path(id): Path<String>,
+) -> Result<Response, AdminError> {
+    Ok(json_ok(
+        &flow::show_client(&app, &op, &ClientId::new(id)).await?,
+    ))
+}
+
+async fn client_delete(
+    State(app): State<App>,
+    Op(op): Op,
+    Path(id): Path<String>,
+) -> Result<Response, AdminError> {
+    Ok(json_ok(
+        &flow::delete_client(&app, &op, &ClientId::new(id)).await?,
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserQuery {
+    user: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitQuery {
+    limit: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserClientBody {
+    user: String,
+    client: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserBody {
+    user: String,
+}
+
+fn query<T: serde::de::DeserializeOwned>(
+    q: Option<String>,
+    what: &'static str,
+) -> Result<T, AdminError> {
+    serde_urlencoded::from_str(q.as_deref().unwrap_or_default())
+        .map_err(|_| AdminError::BadRequest(what))
+}
+
+fn body<T: serde::de::DeserializeOwned>(b: &Bytes, what: &'static str) -> Result<T, AdminError> {
+    serde_json::from_slice(b).map_err(|_| AdminError::BadRequest(what))
+}
+
+fn non_empty(s: String, what: &'static str) -> Result<String, AdminError> {
+    if s.trim().is_empty() {
+        Err(AdminError::BadRequest(what))
+    } else {
+        Ok(s)
+    }
+}
+
+async fn consents_list(
+    State(app): State<App>,
+    Op(op): Op,
+    RawQuery(q): RawQuery,
+) -> Result<Response, AdminError> {
+    const USAGE: &str = "query must be ?user=<user id>";
+    let q: UserQuery = query(q, USAGE)?;
+    let user = UserId::new(non_empty(q.user, USAGE)?);
+    Ok(json_ok(&flow::list_consents(&app, &op, &user).await?))
+}
+
+async fn consent_revoke(
+    State(app): State<App>,
+    Op(op): Op,
+    b: Bytes,
+) -> Result<Response, AdminError> {
+    const USAGE: &str = "body must be {\"user\": …, \"client\": …}";
+    let b: UserClientBody = body(&b, USAGE)?;
+    let user = UserId::new(non_empty(b.user, USAGE)?);
+    let client = ClientId::new(non_empty(b.client, USAGE)?);
+    Ok(json_ok(
+        &flow::revoke_consent(&app, &op, &user, &client).await?,
+    ))
+}
+
+async fn grant_revoke(
+    State(app): State<App>,
+    Op(op): Op,
+    b: Bytes,
+) -> Result<Response, AdminError> {
+    const USAGE: &str = "body must be {\"user\": …}";
+    let b: UserBody = body(&b, USAGE)?;
+    let user = UserId::new(non_empty(b.user, USAGE)?);
+    Ok(json_ok(&flow::revoke_grant(&app, &op, &user).await?))
+}
+
+async fn audit_tail(
+    State(app): State<App>,
+    Op(op): Op,
+    RawQuery(q): RawQuery,
+) -> Result<Response, AdminError> {
+    let q: LimitQuery = query(q, "query may only be ?limit=<number>")?;
+    let limit = q.limit.unwrap_or(DEFAULT_TAIL);
+    Ok(json_ok(&flow::audit_tail(&app, &op, limit).await?))
+}
+
+async fn audit_verify(State(app): State<App>, Op(op): Op) -> Result<Response, AdminError> {
+    Ok(json_ok(&flow::audit_verify(&app, &op).await?))
+}
+
+async fn audit_export(State(app): State<App>, Op(op): Op) -> Result<Response, AdminError> {
+    let text = flow::audit_export(&app, &op).await?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-ndjson"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        text,
+    )
+        .into_response())
+}

@@ -1,0 +1,347 @@
+//! Operator actions behind the admin API: list, show and delete clients; list and revoke a
+//! person's consents; revoke a person's GitHub grant and tokens; read, verify and export the
+//! audit trail. Revocation reuses the same functions as the account page, so an admin
+//! revocation is exactly as effective as a person's own.
+//!
+//! Binding: admin API ↔ operator. Every action takes an [`Operator`], which only
+//! [`authorize`] makes, after comparing the bearer token to `[admin] token` in constant time.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::FlowError;
+use crate::app::App;
+use crate::audit::{AuditEvent, verify::VerifyReport};
+use crate::bindings::consent_registry;
+use crate::crypto;
+use crate::flows::token;
+use crate::ids::{ClientId, FamilyId, UserId};
+use crate::store::records::ClientRecord;
+use crate::store::{Keyspace, StoreError, StoreExt};
+
+/// Most audit events `audit tail` returns at once.
+pub const MAX_TAIL: usize = 10_000;
+
+/// Why an admin request failed. `http::error` maps each variant to one response.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// No bearer token, or not the configured one.
+    #[error("admin token missing or wrong")]
+    Unauthorized,
+    /// No `[admin] token` is configured, so the admin API is off.
+    #[error("admin API disabled")]
+    Disabled,
+    /// The named thing does not exist.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// The request was malformed.
+    #[error("bad request: {0}")]
+    BadRequest(&'static str),
+    /// Our side failed.
+    #[error(transparent)]
+    Flow(#[from] FlowError),
+}
+
+impl From<StoreError> for AdminError {
+    fn from(e: StoreError) -> Self {
+        AdminError::Flow(FlowError::Store(e))
+    }
+}
+
+/// Proof that the caller presented the admin token. Only [`authorize`] makes one.
+#[derive(Debug)]
+pub struct Operator(());
+
+/// Checks `Authorization: Bearer <token>` against `[admin] token`. Both sides are hashed
+/// first so the constant-time comparison does not reveal the token's length either.
+pub fn authorize(app: &App, authorization: Option<&str>) -> Result<Operator, AdminError> {
+    let Some(expected) = app.config.admin.token.as_ref() else {
+        return Err(AdminError::Disabled);
+    };
+    let given = authorization
+        .and_then(|h| {
+            h.strip_prefix("Bearer ")
+                .or_else(|| h.strip_prefix("bearer "))
+        })
+        .ok_or(AdminError::Unauthorized)?;
+    if crypto::ct_eq(
+        &crypto::sha256(given.trim().as_bytes()),
+        &crypto::sha256(expected.secret().as_bytes()),
+    ) {
+        Ok(Operator(()))
+    } else {
+        Err(AdminError::Unauthorized)
+    }
+}
+
+/// A client as the admin API shows it (never its secret hash).
+#[derive(Debug, Serialize)]
+pub struct ClientView {
+    client_id: ClientId,
+    client_name: Option<String>,
+    redirect_uris: Vec<String>,
+    auth_method: Value,
+    grant_types: Vec<String>,
+    registered_at: u64,
+}
+
+impl From<&ClientRecord> for ClientView {
+    fn from(c: &ClientRecord) -> Self {
+        ClientView {
+            client_id: c.client_id.clone(),
+            client_name: c.client_name.clone(),
+            redirect_uris: c.redirect_uris.clone(),
+            auth_method: serde_json::to_value(c.auth_method).unwrap_or(Value::Null),
+            grant_types: c.grant_types.clone(),
+            registered_at: c.registered_at.0,
+        }
+    }
+}
+
+/// Every registered client.
+pub async fn list_clients(app: &App, _: &Operator) -> Result<Vec<ClientView>, AdminError> {
+    Ok(app
+        .store
+        .scan_json::<ClientRecord>(Keyspace::Clients, "")
+        .await?
+        .iter()
+        .map(|(_, c)| ClientView::from(c))
+        .collect())
+}
+
+/// `user|client|family` keys of the refresh-token families index, as parts.
+async fn families(
+    app: &App,
+    prefix: &str,
+) -> Result<Vec<(UserId, ClientId, FamilyId)>, AdminError> {
+    Ok(app
+        .store
+        .scan_prefix(Keyspace::UserFamilies, prefix)
+        .await?
+        .into_iter()
+        .filter_map(|(k, _)| {
+            let mut parts = k.splitn(3, '|');
+            Some((
+                UserId::new(parts.next()?),
+                ClientId::new(parts.next()?),
+                FamilyId::new(parts.next()?),
+            ))
+        })
+        .collect())
+}
+
+/// One client, with how many people consented to it and how many token families it holds.
+pub async fn show_client(app: &App, _: &Operator, id: &ClientId) -> Result<Value, AdminError> {
+    let client: ClientRecord = app
+        .store
+        .get_json(Keyspace::Clients, id.as_str())
+        .await?
+        .ok_or(AdminError::NotFound("client"))?;
+    let consents = consents_of_client(app, id).await?.len();
+    let fams = families(app, "")
+        .await?
+        .into_iter()
+        .filter(|(_, c, _)| c == id)
+        .count();
+    Ok(json!({
+        "client": ClientView::from(&client),
+        "consents": consents,
+        "token_families": fams,
+    }))
+}
+
+async fn consents_of_client(app: &App, id: &ClientId) -> Result<Vec<UserId>, AdminError> {
+    Ok(app
+        .store
+        .scan_json::<crate::store::records::ConsentRecord>(Keyspace::Consents, "")
+        .await?
+        .into_iter()
+        .filter(|(_, c)| &c.client_id == id)
+        .map(|(_, c)| c.user_id)
+        .collect())
+}
+
+/// What a deletion or revocation removed.
+#[derive(Debug, Serialize)]
+pub struct Revoked {
+    /// Consents forgotten.
+    pub consents: usize,
+    /// Refresh-token families revoked (with their access tokens).
+    pub families: usize,
+    /// Whether a GitHub grant was forgotten.
+    pub grant_removed: bool,
+}
+
+/// Deletes a client: the registration first (nothing new can start), then every person's
+/// consent for it, then every token family it holds.
+pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Revoked, AdminError> {
+    if app
+        .store
+        .get(Keyspace::Clients, id.as_str())
+        .await?
+        .is_none()
+    {
+        return Err(AdminError::NotFound("client"));
+    }
+    app.store.remove(Keyspace::Clients, id.as_str()).await?;
+    let mut consents = 0;
+    let mut users = consents_of_client(app, id).await?;
+    users.dedup();
+    for user in &users {
+        consents += consent_registry::revoke_client(app.store.as_ref(), user, id).await?;
+    }
+    let mut revoked = 0;
+    for (_, client, fam) in families(app, "").await? {
+        if &client == id && token::revoke_family(app, &fam).await? {
+            revoked += 1;
+        }
+    }
+    app.audit
+        .record(AuditEvent::ClientDeleted {
+            client_id: id.clone(),
+            consents,
+            families: revoked,
+        })
+        .await?;
+    Ok(Revoked {
+        consents,
+        families: revoked,
+        grant_removed: false,
+    })
+}
+
+/// A person's consents.
+pub async fn list_consents(
+    app: &App,
+    _: &Operator,
+    user: &UserId,
+) -> Result<Vec<crate::store::records::ConsentRecord>, AdminError> {
+    Ok(consent_registry::list(app.store.as_ref(), user).await?)
+}
+
+/// Revokes a person's consent for a client and the client's tokens for that person (what the
+/// account page's "revoke" does).
+pub async fn revoke_consent(
+    app: &App,
+    _: &Operator,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<Revoked, AdminError> {
+    // Consent first, so nothing new can be authorized; then every family.
+    let consents = consent_registry::revoke_client(app.store.as_ref(), user, client).await?;
+    let families = token::revoke_user_client(app, user, client).await?;
+    if consents == 0 && families == 0 {
+        return Err(AdminError::NotFound("consent"));
+    }
+    app.audit
+        .record(AuditEvent::ClientAccessRevoked {
+            user_id: user.clone(),
+            client_id: client.clone(),
+            families,
+        })
+        .await?;
+    Ok(Revoked {
+        consents,
+        families,
+        grant_removed: false,
+    })
+}
+
+/// Forgets a person's GitHub grant (and revokes it at GitHub) and revokes every proxy token
+/// the person holds, for all clients.
+pub async fn revoke_grant(app: &App, _: &Operator, user: &UserId) -> Result<Revoked, AdminError> {
+    let had_grant = app
+        .grants
+        .get(user)
+        .await
+        .map_err(FlowError::from)?
+        .is_some();
+    let github_token = if had_grant {
+        app.grants.access_token(user).await.ok()
+    } else {
+        None
+    };
+    app.grants.remove(user).await.map_err(FlowError::from)?;
+    if let Some(t) = github_token {
+        app.github.delete_grant(&t).await;
+    }
+    let mut revoked = 0;
+    for (_, _, fam) in families(app, &format!("{}|", user.as_str())).await? {
+        if token::revoke_family(app, &fam).await? {
+            revoked += 1;
+        }
+    }
+    if !had_grant && revoked == 0 {
+        return Err(AdminError::NotFound("grant or tokens for this user"));
+    }
+    app.audit
+        .record(AuditEvent::GrantRevokedByAdmin {
+            user_id: user.clone(),
+            families: revoked,
+        })
+        .await?;
+    Ok(Revoked {
+        consents: 0,
+        families: revoked,
+        grant_removed: had_grant,
+    })
+}
+
+/// The newest `limit` audit records, oldest first.
+pub async fn audit_tail(
+    app: &App,
+    _: &Operator,
+    limit: usize,
+) -> Result<Vec<crate::audit::AuditRecord>, AdminError> {
+    Ok(app.audit.recent(limit.min(MAX_TAIL)).await?)
+}
+
+/// Joins the stored trail (see `audit::verify`).
+pub async fn audit_verify(app: &App, _: &Operator) -> Result<VerifyReport, AdminError> {
+    let all = app.audit.all().await?;
+    Ok(crate::audit::verify::verify(&all))
+}
+
+/// The whole stored trail as JSON lines, oldest first.
+pub async fn audit_export(app: &App, _: &Operator) -> Result<String, AdminError> {
+    let mut out = String::new();
+    for rec in app.audit.all().await? {
+        let line = serde_json::to_string(&rec)
+            .map_err(|e| AdminError::Flow(FlowError::Store(StoreError::Backend(e.to_string()))))?;
+        out.push_str(&line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Readiness: the configuration was loaded (an [`App`] holds a validated one) and the store
+/// answers a read.
+#[derive(Debug, Serialize)]
+pub struct Readiness {
+    /// Configuration loaded.
+    pub config: bool,
+    /// Store answered.
+    pub store: bool,
+}
+
+impl Readiness {
+    /// Ready to serve.
+    pub fn ready(&self) -> bool {
+        self.config && self.store
+    }
+}
+
+/// Checks readiness (no operator needed: it reveals nothing).
+pub async fn readiness(app: &App) -> Readiness {
+    let store = match app.store.get(Keyspace::Clients, "readyz-probe").await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: store read failed");
+            false
+        }
+    };
+    Readiness {
+        config: true,
+        store,
+    }
+}

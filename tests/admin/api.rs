@@ -1,0 +1,305 @@
+//! The admin API on the admin listener: refused without the admin token (nothing changes),
+//! and each action takes effect — the client's next `/mcp` call or refresh fails.
+
+use crate::support::admin::{ADMIN_TOKEN, Admin, proxy_with_admin};
+use crate::support::client::JsonResp;
+use crate::support::mcp::Mcp;
+use crate::support::{Browser, Client, TestProxy, http};
+use mcp_oauth_proxy::store::Keyspace;
+use serde_json::{Value, json};
+
+const ALICE: &str = "github:1001";
+
+fn ping() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+}
+
+/// A registered client with tokens for alice, its /mcp answering.
+async fn authorized(proxy: &TestProxy) -> (Client, JsonResp) {
+    let client = Client::register(proxy, "Admin Target", "https://app.example/cb").await;
+    let t = client.tokens(proxy, &Browser::new(), "alice").await;
+    let (status, _) = mcp_of(proxy, &t).request(ping()).await;
+    assert_eq!(status, 200);
+    (client, t)
+}
+
+fn mcp_of(proxy: &TestProxy, t: &JsonResp) -> Mcp {
+    let mut m = Mcp::with_token(proxy, t.json["access_token"].as_str().unwrap());
+    m.version = "2026-07-28"; // stateless: a ping needs no session
+    m
+}
+
+/// The client can neither call /mcp nor refresh any more.
+async fn assert_cut_off(proxy: &TestProxy, client: &Client, t: &JsonResp) {
+    let (status, _) = mcp_of(proxy, t).request(ping()).await;
+    assert_eq!(status, 401, "/mcp must refuse the revoked token");
+    let r = client
+        .refresh(proxy, t.json["refresh_token"].as_str().unwrap(), &[])
+        .await;
+    assert_ne!(r.status, 200, "refresh must fail: {:?}", r.json);
+    assert!(r.json["access_token"].is_null());
+}
+
+/// The state an admin action could change.
+async fn snapshot(proxy: &TestProxy) -> [usize; 5] {
+    [
+        proxy.count(Keyspace::Clients).await,
+        proxy.count(Keyspace::Consents).await,
+        proxy.count(Keyspace::Grants).await,
+        proxy.count(Keyspace::RefreshFamilies).await,
+        proxy.audit_events().await.len(),
+    ]
+}
+
+#[tokio::test]
+async fn admin_api_without_or_with_a_wrong_token_is_refused_with_401_and_changes_nothing() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let (client, t) = authorized(&proxy).await;
+    let before = snapshot(&proxy).await;
+    let calls: Vec<(reqwest::Method, String, Option<Value>)> = vec![
+        (reqwest::Method::GET, "/admin/api/clients".into(), None),
+        (
+            reqwest::Method::GET,
+            format!("/admin/api/clients/{}", client.id),
+            None,
+        ),
+        (
+            reqwest::Method::DELETE,
+            format!("/admin/api/clients/{}", client.id),
+            None,
+        ),
+        (
+            reqwest::Method::GET,
+            format!("/admin/api/consents?user={ALICE}"),
+            None,
+        ),
+        (
+            reqwest::Method::POST,
+            "/admin/api/consents/revoke".into(),
+            Some(json!({"user": ALICE, "client": client.id})),
+        ),
+        (
+            reqwest::Method::POST,
+            "/admin/api/grants/revoke".into(),
+            Some(json!({"user": ALICE})),
+        ),
+        (reqwest::Method::GET, "/admin/api/audit/tail".into(), None),
+        (reqwest::Method::GET, "/admin/api/audit/verify".into(), None),
+        (reqwest::Method::GET, "/admin/api/audit/export".into(), None),
+    ];
+    let wrong = [
+        None,
+        Some("Bearer wrong-token-but-long-enough-0123456789".to_owned()),
+        Some(format!("Bearer {ADMIN_TOKEN}x")),
+        Some(format!("Basic {ADMIN_TOKEN}")),
+        Some(ADMIN_TOKEN.to_owned()),
+    ];
+    for (method, path, body) in &calls {
+        for auth in &wrong {
+            let mut req = http().request(method.clone(), admin.url(path));
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 401, "{method} {path} with {auth:?}");
+            assert!(
+                r.headers()["www-authenticate"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Bearer")
+            );
+            let j: Value = r.json().await.unwrap();
+            assert_eq!(j["error"], "unauthorized");
+        }
+    }
+    assert_eq!(
+        snapshot(&proxy).await,
+        before,
+        "a refused call changed state"
+    );
+    let (status, _) = mcp_of(&proxy, &t).request(ping()).await;
+    assert_eq!(status, 200, "the client still works");
+}
+
+#[tokio::test]
+async fn without_an_admin_token_the_api_is_disabled_but_metrics_and_health_are_served() {
+    let proxy = TestProxy::start().await;
+    let admin = Admin::start(&proxy).await;
+    let (status, body) = admin.get("/admin/api/clients").await;
+    assert_eq!(status, 403);
+    assert_eq!(body["error"], "admin_api_disabled");
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        let r = http().get(admin.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let (status, body) = admin.get("/readyz").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["ready"], true);
+    assert_eq!(body["checks"]["store"], true);
+}
+
+#[tokio::test]
+async fn clients_list_show_delete_and_the_deleted_clients_tokens_stop_working() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let (client, t) = authorized(&proxy).await;
+    let other = Client::register(&proxy, "Bystander", "https://other.example/cb").await;
+
+    let (status, list) = admin.get("/admin/api/clients").await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["client_id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&client.id.as_str()) && ids.contains(&other.id.as_str()));
+    assert!(!list.to_string().contains("secret_hash"));
+
+    let (status, shown) = admin
+        .get(&format!("/admin/api/clients/{}", client.id))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(shown["client"]["client_name"], "Admin Target");
+    assert_eq!(shown["consents"], 1);
+    assert_eq!(shown["token_families"], 1);
+
+    let (status, gone) = admin
+        .delete(&format!("/admin/api/clients/{}", client.id))
+        .await;
+    assert_eq!(status, 200, "{gone}");
+    assert_eq!(gone["consents"], 1);
+    assert_eq!(gone["families"], 1);
+    assert_cut_off(&proxy, &client, &t).await;
+    assert_eq!(
+        proxy.count(Keyspace::Clients).await,
+        1,
+        "only the bystander is left"
+    );
+    assert_eq!(proxy.count(Keyspace::Consents).await, 0);
+    let (status, _) = admin
+        .get(&format!("/admin/api/clients/{}", client.id))
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = admin
+        .delete(&format!("/admin/api/clients/{}", client.id))
+        .await;
+    assert_eq!(status, 404);
+    assert!(
+        proxy
+            .audit_events()
+            .await
+            .contains(&"client_deleted".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn consents_list_and_revoke_cut_the_client_off() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let (client, t) = authorized(&proxy).await;
+    let (status, list) = admin
+        .get(&format!("/admin/api/consents?user={ALICE}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["client_id"], client.id.as_str());
+
+    let (status, r) = admin
+        .post(
+            "/admin/api/consents/revoke",
+            &json!({"user": ALICE, "client": client.id}),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["consents"], 1);
+    assert_eq!(r["families"], 1);
+    assert_cut_off(&proxy, &client, &t).await;
+    let (_, list) = admin
+        .get(&format!("/admin/api/consents?user={ALICE}"))
+        .await;
+    assert_eq!(list, json!([]));
+    // Nothing left to revoke, and malformed requests are refused without effect.
+    let (status, _) = admin
+        .post(
+            "/admin/api/consents/revoke",
+            &json!({"user": ALICE, "client": client.id}),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, body) = admin
+        .post("/admin/api/consents/revoke", &json!({"user": ALICE}))
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"], "invalid_request");
+    let (status, _) = admin.get("/admin/api/consents").await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn grants_revoke_forgets_the_github_grant_and_every_token_of_the_person() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let (client, t) = authorized(&proxy).await;
+    let (client2, t2) = authorized(&proxy).await;
+    assert_eq!(proxy.count(Keyspace::Grants).await, 1);
+    let (status, r) = admin
+        .post("/admin/api/grants/revoke", &json!({"user": ALICE}))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["grant_removed"], true);
+    assert_eq!(r["families"], 2);
+    assert_eq!(proxy.count(Keyspace::Grants).await, 0);
+    assert_cut_off(&proxy, &client, &t).await;
+    assert_cut_off(&proxy, &client2, &t2).await;
+    let (status, _) = admin
+        .post(
+            "/admin/api/grants/revoke",
+            &json!({"user": "github:424242"}),
+        )
+        .await;
+    assert_eq!(status, 404);
+    assert!(
+        proxy
+            .audit_events()
+            .await
+            .contains(&"grant_revoked_by_admin".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn audit_tail_verify_and_export_return_the_stored_trail() {
+    let (proxy, admin) = proxy_with_admin().await;
+    authorized(&proxy).await;
+    let events = proxy.audit_events().await;
+    assert!(events.len() > 3);
+
+    let (status, tail) = admin.get("/admin/api/audit/tail?limit=2").await;
+    assert_eq!(status, 200);
+    let tail = tail.as_array().unwrap();
+    assert_eq!(tail.len(), 2);
+    assert_eq!(tail[1]["event"]["event"], events[events.len() - 1].as_str());
+
+    let (status, report) = admin.get("/admin/api/audit/verify").await;
+    assert_eq!(status, 200);
+    assert_eq!(report["events"], events.len());
+    assert_eq!(report["problems"], json!([]));
+
+    let r = http()
+        .get(admin.url("/admin/api/audit/export"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    let text = r.text().await.unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), events.len());
+    assert_eq!(lines[0]["event"]["event"], events[0].as_str());
+    let (status, _) = admin.get("/admin/api/audit/tail?limit=x").await;
+    assert_eq!(status, 400);
+}

@@ -1,0 +1,214 @@
+//! The real binary's `admin` subcommand against a test proxy's admin listener: each command
+//! works, `audit verify` exits 0 on a clean trail, a refused request exits 2, usage errors 64.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::admin::{ADMIN_TOKEN, Admin, proxy_with_admin};
+use crate::support::{Browser, Client, TestProxy};
+use mcp_oauth_proxy::store::Keyspace;
+use serde_json::Value;
+
+/// The debug binary next to this test binary, built first if missing or older than the
+/// sources (a `cargo test` of this package does not build other packages' binaries).
+fn binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            // target/<profile>/deps/integration-… → target/<profile>/
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.parent().unwrap().parent().unwrap().to_owned();
+            let bin = profile_dir.join(format!("mcp-oauth-proxy{}", std::env::consts::EXE_SUFFIX));
+            if !bin.is_file() || stale(&bin) {
+                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+                let status = Command::new(cargo)
+                    .args(["build", "-p", "mcp-oauth-proxy", "--bin", "mcp-oauth-proxy"])
+                    .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
+                    .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "building the proxy binary failed");
+            }
+            bin
+        })
+        .clone()
+}
+
+/// Whether any file under `proxy/src` is newer than the binary.
+fn stale(bin: &Path) -> bool {
+    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+        std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                if meta.is_dir() {
+                    newest(&e.path())
+                } else {
+                    meta.modified().ok()
+                }
+            })
+            .max()
+    }
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/src");
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
+    matches!((newest(&sources), built), (Some(src), Some(bin)) if src > bin)
+}
+
+/// Output of one run.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|_| panic!("not JSON: {}", self.stdout))
+    }
+}
+
+/// Runs `mcp-oauth-proxy admin --url <admin> <args>` with `token` in `MCP_ADMIN_TOKEN`.
+async fn admin_cli(admin: &Admin, token: Option<&str>, args: &[&str]) -> Run {
+    let bin = binary();
+    let mut cmd = Command::new(bin);
+    cmd.arg("admin").arg("--url").arg(&admin.base).args(args);
+    cmd.env_remove("MCP_ADMIN_TOKEN");
+    if let Some(t) = token {
+        cmd.env("MCP_ADMIN_TOKEN", t);
+    }
+    // Blocking process on a blocking thread: the runtime keeps serving the proxy meanwhile.
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn ok(admin: &Admin, args: &[&str]) -> Run {
+    let r = admin_cli(admin, Some(ADMIN_TOKEN), args).await;
+    assert_eq!(r.code, 0, "{args:?}: {}{}", r.stdout, r.stderr);
+    r
+}
+
+async fn authorized(proxy: &TestProxy, name: &str) -> Client {
+    let client = Client::register(proxy, name, "https://app.example/cb").await;
+    client.tokens(proxy, &Browser::new(), "alice").await;
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_clients_list_show_and_delete() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let client = authorized(&proxy, "CLI Target").await;
+    let list = ok(&admin, &["clients", "list"]).await.json();
+    assert_eq!(list[0]["client_id"], client.id.as_str());
+    let shown = ok(&admin, &["clients", "show", &client.id]).await.json();
+    assert_eq!(shown["client"]["client_name"], "CLI Target");
+    assert_eq!(shown["token_families"], 1);
+    let gone = ok(&admin, &["clients", "delete", &client.id]).await.json();
+    assert_eq!(gone["families"], 1);
+    assert_eq!(proxy.count(Keyspace::Clients).await, 0);
+    // Unknown now: the proxy refuses, exit 2 with its reason.
+    let r = admin_cli(&admin, Some(ADMIN_TOKEN), &["clients", "show", &client.id]).await;
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("client not found"), "{}", r.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_consents_list_revoke_and_grants_revoke() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let client = authorized(&proxy, "CLI Consent").await;
+    let list = ok(&admin, &["consents", "list", "--user", "github:1001"])
+        .await
+        .json();
+    assert_eq!(list[0]["client_id"], client.id.as_str());
+    let r = ok(
+        &admin,
+        &[
+            "consents",
+            "revoke",
+            "--user",
+            "github:1001",
+            "--client",
+            &client.id,
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(r["consents"], 1);
+    assert_eq!(proxy.count(Keyspace::Consents).await, 0);
+
+    authorized(&proxy, "CLI Grant").await;
+    assert_eq!(proxy.count(Keyspace::Grants).await, 1);
+    let r = ok(&admin, &["grants", "revoke", "--user", "github:1001"])
+        .await
+        .json();
+    assert_eq!(r["grant_removed"], true);
+    assert_eq!(proxy.count(Keyspace::Grants).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_audit_tail_verify_and_export() {
+    let (proxy, admin) = proxy_with_admin().await;
+    authorized(&proxy, "CLI Audit").await;
+    let events = proxy.audit_events().await;
+
+    let tail = ok(&admin, &["audit", "tail", "-n", "3"]).await;
+    let lines: Vec<Value> = tail
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(
+        lines[2]["event"]["event"],
+        events[events.len() - 1].as_str()
+    );
+
+    let verify = ok(&admin, &["audit", "verify"]).await.json();
+    assert_eq!(verify["events"], events.len());
+    assert_eq!(verify["problems"], serde_json::json!([]));
+
+    let export = ok(&admin, &["audit", "export"]).await;
+    assert_eq!(export.stdout.lines().count(), events.len());
+    for l in export.stdout.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert!(v["event"]["event"].is_string());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_refused_requests_exit_2_and_usage_errors_exit_64() {
+    let (proxy, admin) = proxy_with_admin().await;
+    authorized(&proxy, "CLI Refusal").await;
+    let before = proxy.count(Keyspace::Clients).await;
+
+    let wrong = admin_cli(
+        &admin,
+        Some("a-wrong-token-that-is-long-enough-0123"),
+        &["clients", "list"],
+    )
+    .await;
+    assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+    assert!(wrong.stderr.contains("401"), "{}", wrong.stderr);
+    assert!(wrong.stdout.is_empty());
+
+    let missing = admin_cli(&admin, None, &["clients", "list"]).await;
+    assert_eq!(missing.code, 64, "{}", missing.stderr);
+    assert!(missing.stderr.contains("MCP_ADMIN_TOKEN"));
+
+    let usage = admin_cli(&admin, Some(ADMIN_TOKEN), &["clients", "frobnicate"]).await;
+    assert_eq!(usage.code, 64, "{}", usage.stderr);
+    let usage = admin_cli(
+        &admin,
+        Some(ADMIN_TOKEN),
+        &["consents", "revoke", "--user", "u"],
+    )
+    .await;
+    assert_eq!(usage.code, 64, "{}", usage.stderr);
+    assert_eq!(proxy.count(Keyspace::Clients).await, before);
+}
