@@ -226,6 +226,8 @@ scopes = ["read:user", "repo"]
 authorize_url = "{a}"
 token_url = "{t}"
 api_url = "{api}"
+[admin]
+listen = "127.0.0.1:0"
 [store]
 path = {store:?}
 [backend]

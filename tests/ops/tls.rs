@@ -92,6 +92,8 @@ shutdown_grace_secs = 2
 [github]
 client_id = "gh-client-id"
 client_secret = "gh-client-secret"
+[admin]
+listen = "127.0.0.1:0"
 [store]
 path = {store:?}
 "#,

@@ -82,6 +82,7 @@ struct RawConfig {
     registration: registration::RawRegistration,
     #[serde(default)]
     rate_limits: registration::RawRateLimits,
+    #[serde(default)]
     admin: admin::RawAdmin,
 }
 
