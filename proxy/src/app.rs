@@ -80,12 +80,6 @@ impl App {
         let metrics = Metrics::new();
         let store: SharedStore = Arc::new(crate::store::MeteredStore::new(store, metrics.clone()));
         let github = GitHubClient::new(config.github.clone(), &config.github_callback_url())?;
-        let grants = Grants::new(
-            store.clone(),
-            keys.token_encryption.clone(),
-            github.clone(),
-            clock.clone(),
-        );
         let mut audit =
             Audit::new(store.clone(), clock.clone(), metrics.clone()).with_alerts(&config.alerts);
         if let Some(hook) = &config.webhook {
@@ -98,6 +92,13 @@ impl App {
                 Err(e) => tracing::error!(error = %e, "webhook disabled"),
             }
         }
+        let grants = Grants::new(
+            store.clone(),
+            keys.token_encryption.clone(),
+            github.clone(),
+            clock.clone(),
+            audit.clone(),
+        );
         let offered_scopes = ScopeSet::from_list(config.github.scopes.iter().cloned());
         let backend_http = match &config.backend {
             Some(b) => Some(

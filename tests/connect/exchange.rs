@@ -124,7 +124,7 @@ async fn each_refusal_reason_has_the_exact_shape() {
     proxy
         .app
         .grants
-        .mark_broken(&UserId::github(1001))
+        .mark_broken(&UserId::github(1001), "test")
         .await
         .unwrap();
     refusal(&proxy, &bt, "reconnect_required").await;

@@ -285,7 +285,7 @@ async fn reconnect_link_after_github_stopped_honouring_the_token() {
     proxy
         .app
         .grants
-        .mark_broken(&UserId::github(1001))
+        .mark_broken(&UserId::github(1001), "test")
         .await
         .unwrap();
     let link = link_for(&alice).await;

@@ -94,4 +94,13 @@ async fn failed_github_refresh_marks_the_grant_broken() {
         proxy.app.grants.get(&alice).await.unwrap().unwrap().broken,
         "agents will get a reconnect link"
     );
+    // Operators see it happen, once, however many requests notice.
+    assert!(proxy.app.grants.access_token(&alice).await.is_err());
+    let broken = proxy
+        .audit_events()
+        .await
+        .into_iter()
+        .filter(|e| e == "git_hub_grant_broken")
+        .count();
+    assert_eq!(broken, 1, "one grant-broken audit event");
 }

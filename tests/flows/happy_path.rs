@@ -232,7 +232,7 @@ async fn broken_github_grant_stops_the_consent_skip() {
     proxy
         .app
         .grants
-        .mark_broken(&mcp_oauth_proxy::ids::UserId::github(1001))
+        .mark_broken(&mcp_oauth_proxy::ids::UserId::github(1001), "test")
         .await
         .unwrap();
     let codes = proxy.count(Keyspace::Codes).await;

@@ -235,15 +235,9 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
             // The backend says GitHub refused the person's token: mark the grant broken, so
             // the person gets a reconnect link instead of an opaque error.
             app.grants
-                .mark_broken(&user)
+                .mark_broken(&user, "backend reported that GitHub refused the token")
                 .await
                 .map_err(|e| GatewayError::Backend(e.to_string()))?;
-            app.audit
-                .record(AuditEvent::GitHubGrantBroken {
-                    user_id: user.clone(),
-                    reason: "backend reported that GitHub refused the token".to_owned(),
-                })
-                .await?;
             let token = crate::bindings::audience::audienced(kept.token, &app.resource())
                 .map_err(|_| GatewayError::InvalidToken(TokenRejection::WrongAudience))?;
             let again = McpRequest {

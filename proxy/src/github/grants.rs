@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::client::{GitHubClient, GitHubError, GitHubTokens, GitHubUser};
+use crate::audit::{Audit, AuditEvent};
 use crate::clock::{SharedClock, UnixTime};
 use crate::crypto::{self, Key};
 use crate::ids::{GitHubRefreshToken, GitHubToken, UserId};
@@ -54,6 +55,7 @@ pub struct Grants {
     key: Key,
     github: GitHubClient,
     clock: SharedClock,
+    audit: Audit,
     in_flight: Arc<Mutex<HashMap<UserId, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
@@ -80,12 +82,19 @@ fn aad(user: &UserId, what: &str) -> Vec<u8> {
 
 impl Grants {
     /// New store over `store`.
-    pub fn new(store: SharedStore, key: Key, github: GitHubClient, clock: SharedClock) -> Grants {
+    pub fn new(
+        store: SharedStore,
+        key: Key,
+        github: GitHubClient,
+        clock: SharedClock,
+        audit: Audit,
+    ) -> Grants {
         Grants {
             store,
             key,
             github,
             clock,
+            audit,
             in_flight: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -219,7 +228,8 @@ impl Grants {
             )?));
         }
         let Some(sealed_refresh) = &rec.sealed_refresh else {
-            self.mark_broken_version(user, &rec, &version).await?;
+            self.mark_broken_version(user, &rec, &version, "expired and no refresh token")
+                .await?;
             return Err(GrantError::Broken);
         };
         let refresh = GitHubRefreshToken::new(self.open(user, "refresh", sealed_refresh)?);
@@ -246,7 +256,8 @@ impl Grants {
                 Ok(tokens.access_token)
             }
             Err(GitHubError::Refused(_)) | Err(GitHubError::Unauthorized) => {
-                self.mark_broken_version(user, &rec, &version).await?;
+                self.mark_broken_version(user, &rec, &version, "GitHub refused the refresh")
+                    .await?;
                 Err(GrantError::Broken)
             }
             Err(e) => Err(GrantError::GitHub(e)),
@@ -255,13 +266,14 @@ impl Grants {
 
     /// Marks a person's grant broken (GitHub refused it somewhere): agents then get a
     /// reconnect link.
-    pub async fn mark_broken(&self, user: &UserId) -> Result<(), GrantError> {
+    pub async fn mark_broken(&self, user: &UserId, reason: &str) -> Result<(), GrantError> {
         if let Some((rec, version)) = self
             .store
             .get_versioned::<GrantRecord>(Keyspace::Grants, user.as_str())
             .await?
         {
-            self.mark_broken_version(user, &rec, &version).await?;
+            self.mark_broken_version(user, &rec, &version, reason)
+                .await?;
         }
         Ok(())
     }
@@ -277,16 +289,31 @@ impl Grants {
         user: &UserId,
         rec: &GrantRecord,
         version: &Versioned,
+        reason: &str,
     ) -> Result<(), GrantError> {
+        if rec.broken {
+            return Ok(());
+        }
         let mut broken = rec.clone();
         broken.broken = true;
         let v = Versioned {
             value: encode(&broken)?,
             expires_at: None,
         };
-        self.store
+        // Only the writer that actually marked it records the event (no duplicates when
+        // several requests see the refusal at once).
+        if self
+            .store
             .compare_and_swap(Keyspace::Grants, user.as_str(), version, Some(v))
-            .await?;
+            .await?
+        {
+            self.audit
+                .record(AuditEvent::GitHubGrantBroken {
+                    user_id: user.clone(),
+                    reason: reason.to_owned(),
+                })
+                .await?;
+        }
         Ok(())
     }
 }
