@@ -5,7 +5,8 @@ use crate::support::admin::{ADMIN_TOKEN, Admin, proxy_with_admin};
 use crate::support::client::JsonResp;
 use crate::support::mcp::Mcp;
 use crate::support::{Browser, Client, TestProxy, http};
-use mcp_oauth_proxy::store::Keyspace;
+use mcp_oauth_proxy::clock::UnixTime;
+use mcp_oauth_proxy::store::{Keyspace, Store, StoreError, Versioned};
 use serde_json::{Value, json};
 
 const ALICE: &str = "github:1001";
@@ -302,4 +303,96 @@ async fn audit_tail_verify_and_export_return_the_stored_trail() {
     assert_eq!(lines[0]["event"]["event"], events[0].as_str());
     let (status, _) = admin.get("/admin/api/audit/tail?limit=x").await;
     assert_eq!(status, 400);
+}
+
+/// A store whose every operation fails, as a lost database connection would.
+struct UnreachableStore;
+
+fn down() -> StoreError {
+    StoreError::Backend("connection refused".to_owned())
+}
+
+#[async_trait::async_trait]
+impl Store for UnreachableStore {
+    async fn get(&self, _: Keyspace, _: &str) -> Result<Option<Versioned>, StoreError> {
+        Err(down())
+    }
+    async fn insert_new(
+        &self,
+        _: Keyspace,
+        _: &str,
+        _: Vec<u8>,
+        _: Option<UnixTime>,
+    ) -> Result<bool, StoreError> {
+        Err(down())
+    }
+    async fn put(
+        &self,
+        _: Keyspace,
+        _: &str,
+        _: Vec<u8>,
+        _: Option<UnixTime>,
+    ) -> Result<(), StoreError> {
+        Err(down())
+    }
+    async fn take(&self, _: Keyspace, _: &str) -> Result<Option<Versioned>, StoreError> {
+        Err(down())
+    }
+    async fn compare_and_swap(
+        &self,
+        _: Keyspace,
+        _: &str,
+        _: &Versioned,
+        _: Option<Versioned>,
+    ) -> Result<bool, StoreError> {
+        Err(down())
+    }
+    async fn remove(&self, _: Keyspace, _: &str) -> Result<(), StoreError> {
+        Err(down())
+    }
+    async fn scan_prefix(
+        &self,
+        _: Keyspace,
+        _: &str,
+    ) -> Result<Vec<(String, Versioned)>, StoreError> {
+        Err(down())
+    }
+    async fn sweep_expired(&self) -> Result<u64, StoreError> {
+        Err(down())
+    }
+    async fn flush(&self) -> Result<(), StoreError> {
+        Err(down())
+    }
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_the_store_does_not_answer_and_healthz_stays_200() {
+    let proxy = TestProxy::start().await;
+    // The same configuration and keys, over a store that has gone away.
+    let app = mcp_oauth_proxy::app::App::new(
+        proxy.app.config.clone(),
+        proxy.app.keys.clone(),
+        std::sync::Arc::new(UnreachableStore),
+        proxy.clock.clone(),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        mcp_oauth_proxy::admin::serve(listener, app, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+    });
+    let r = http().get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503, "a load balancer must stop sending traffic");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["ready"], false);
+    assert_eq!(body["checks"]["store"], false);
+    assert_eq!(body["checks"]["config"], true);
+    // Liveness is about the process, not its dependencies: no restart loop over a DB outage.
+    let r = http().get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
 }
