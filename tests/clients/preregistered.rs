@@ -62,6 +62,11 @@ async fn preregistered_public_client_is_shown_as_verified_and_completes_the_flow
     let t = cli().tokens(&proxy, &browser, "alice").await;
     assert!(t.json["access_token"].as_str().is_some());
     assert_eq!(proxy.count(Keyspace::Clients).await, 0);
+    // The account page vouches for the configured name too.
+    let account = browser.navigate(&proxy.url("/account"), "none").await;
+    assert_eq!(account.status, 200, "{}", account.body);
+    assert!(account.body.contains("Platform CLI"), "{}", account.body);
+    assert!(!account.body.contains("Unverified"), "{}", account.body);
 }
 
 #[tokio::test]

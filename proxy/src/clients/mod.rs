@@ -144,6 +144,11 @@ impl Directory {
         }
     }
 
+    /// Whether the operators configured this client (its name is vouched for). No I/O.
+    pub fn is_configured(&self, id: &ClientId) -> bool {
+        self.preregistered.contains_key(id.as_str())
+    }
+
     /// Whether metadata documents are accepted (advertised in AS metadata).
     pub fn cimd_enabled(&self) -> bool {
         self.policy.enabled

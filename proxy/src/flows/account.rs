@@ -90,7 +90,7 @@ pub async fn show(
             client_name: client
                 .as_ref()
                 .map_or_else(|| "Deleted client".to_owned(), ClientRecord::display_name),
-            client_verified: false,
+            client_verified: app.clients.is_configured(&c.client_id),
             client_id: c.client_id.as_str().to_owned(),
             redirect_host: host,
             redirect_uri: c.redirect_uri.clone(),
