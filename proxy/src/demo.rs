@@ -88,10 +88,11 @@ exchange_client_secret = "{backend_secret}"
     let config = Config::from_toml(&toml, &NoEnv).map_err(|e| StartError::Keys(e.to_string()))?;
     let app = run::prepare(config, Arc::new(SystemClock)).await?;
     println!(
-        "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Demo MCP backend:      {be} (tools: whoami, list_repos, slow_count)\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice, mallory or bob. Press Ctrl-C to stop.\n",
+        "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Demo MCP backend:      {be} (tools: whoami, list_repos, slow_count)\n  Metrics and health:    http://{admin}/metrics, /healthz, /readyz\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice, mallory or bob. Press Ctrl-C to stop.\n",
         gh = github.base_url(),
         be = backend.url(),
         store = dir.path().display(),
+        admin = app.config.admin.listen,
     );
     let result = run::serve_on(opts.listen, app, run::shutdown_signal()).await;
     backend.shutdown().await;
