@@ -255,3 +255,35 @@ async fn no_store_documents_are_fetched_every_time() {
     }
     assert_eq!(server.hits().len(), 2);
 }
+
+#[tokio::test]
+async fn url_client_id_with_a_bar_cannot_pose_as_another_clients_store_keys() {
+    // `|` separates store key parts (`user|client|family`): such an id is refused before any
+    // fetch, so its keys can never be confused with another client's.
+    let proxy = dev_proxy().await;
+    let server = DocServer::start().await;
+    let id = format!("{}/oauth/x|y", server.base);
+    let mut doc = server.document("Bar Client", &[REDIRECT]);
+    doc["client_id"] = Value::from(id.clone());
+    server.serve_json(&doc, &[]);
+    let c = Client {
+        id,
+        secret: None,
+        redirect_uri: REDIRECT.to_owned(),
+    };
+    let page = Browser::new()
+        .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    assert_eq!(page.status, 400, "{}", page.body);
+    assert!(page.location().is_none());
+    assert!(page.body.contains("malformed"), "{}", page.body);
+    let t = token_with_unknown_code(&proxy, &c).await;
+    assert_eq!((t.status, t.error()), (401, "invalid_client"));
+    assert!(
+        server.hits().is_empty(),
+        "nothing fetched: {:?}",
+        server.hits()
+    );
+    assert_eq!(proxy.count(Keyspace::CimdClients).await, 0);
+    assert_eq!(proxy.count(Keyspace::Transactions).await, 0);
+}

@@ -51,6 +51,22 @@ fn user_prefix(user: &UserId) -> String {
     format!("{}|", user.as_str())
 }
 
+/// The consent rows of exactly one (person, client): after `user|client|` comes the redirect
+/// hash alone, so a legacy client id containing `|` cannot match another client's prefix.
+async fn client_rows(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<Vec<(String, crate::store::Versioned)>, StoreError> {
+    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
+    let mut rows = store.scan_prefix(Keyspace::Consents, &prefix).await?;
+    rows.retain(|(k, _)| {
+        k.get(prefix.len()..)
+            .is_some_and(|rest| !rest.contains('|'))
+    });
+    Ok(rows)
+}
+
 /// Whether a stored consent was given for the client as it is now. Records from before
 /// fingerprints can only be for registered clients (the only kind there was), whose
 /// metadata never changes.
@@ -135,8 +151,7 @@ pub async fn touch(
     user: &UserId,
     client: &ClientId,
 ) -> Result<(), StoreError> {
-    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
-    for (k, version) in store.scan_prefix(Keyspace::Consents, &prefix).await? {
+    for (k, version) in client_rows(store, user, client).await? {
         let mut rec: ConsentRecord = crate::store::decode(Keyspace::Consents, &version.value)?;
         rec.last_used_at = Some(now);
         let next = crate::store::Versioned {
@@ -158,11 +173,7 @@ pub async fn exists_for_client(
     user: &UserId,
     client: &ClientId,
 ) -> Result<bool, StoreError> {
-    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
-    Ok(!store
-        .scan_prefix(Keyspace::Consents, &prefix)
-        .await?
-        .is_empty())
+    Ok(!client_rows(store, user, client).await?.is_empty())
 }
 
 /// All of a person's consents.
@@ -181,8 +192,7 @@ pub async fn revoke_client(
     user: &UserId,
     client: &ClientId,
 ) -> Result<usize, StoreError> {
-    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
-    let rows = store.scan_prefix(Keyspace::Consents, &prefix).await?;
+    let rows = client_rows(store, user, client).await?;
     for (k, _) in &rows {
         store.remove(Keyspace::Consents, k).await?;
     }

@@ -20,7 +20,7 @@ pub enum CimdError {
     /// Not `https` (plain http only to loopback with the development setting).
     #[error("not https")]
     NotHttps,
-    /// Malformed, not in normalized form, or with a fragment, user info or dot segments.
+    /// Malformed, not in normalized form, or with a fragment, user info, dot segments or `|`.
     #[error("malformed url")]
     MalformedUrl,
     /// No path (or just `/`).
@@ -56,7 +56,7 @@ impl CimdError {
             CimdError::Disabled => "this server does not accept URL client ids",
             CimdError::NotHttps => "a URL client_id must use https",
             CimdError::MalformedUrl => {
-                "the client_id URL is malformed or not in normalized form (no fragment, user info or dot segments)"
+                "the client_id URL is malformed or not in normalized form (no fragment, user info, dot segments or '|')"
             }
             CimdError::NoPath => "a URL client_id must have a path",
             CimdError::NotJson => "the client metadata document is not a JSON object",
@@ -104,6 +104,9 @@ pub fn parse_url(id: &str, allow_http_loopback: bool) -> Result<Url, CimdError> 
         || !url.username().is_empty()
         || url.password().is_some()
         || id.contains('#')
+        // `|` separates the parts of store keys (`user|client|…`): an id containing it could
+        // make one client's keys look like another's.
+        || id.contains('|')
     {
         return Err(CimdError::MalformedUrl);
     }
@@ -246,6 +249,8 @@ mod tests {
             "https://0177.0.0.1/c",
             "https://[::ffff:127.0.0.1]/c",
             "https://app.example/c d",
+            "https://evil.example/x|y",
+            "https://evil.example/x?a|b",
         ] {
             assert_eq!(
                 parse_url(bad, false).unwrap_err(),

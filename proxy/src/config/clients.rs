@@ -247,7 +247,8 @@ remember_consent = false
 
     #[test]
     fn ids_that_could_collide_are_refused() {
-        for id in ["mcpc_abc", "https://app.example/c", "", "a b"] {
+        // `|` separates store key parts: refused with every other punctuation.
+        for id in ["mcpc_abc", "https://app.example/c", "", "a b", "a|b"] {
             let (_, errs) = clients(&format!(
                 "[[clients]]\nclient_id = {id:?}\nclient_name = \"X\"\nredirect_uris = [\"https://x.example/cb\"]\n"
             ));

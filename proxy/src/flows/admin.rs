@@ -119,15 +119,24 @@ async fn families(
         .scan_prefix(Keyspace::UserFamilies, prefix)
         .await?
         .into_iter()
-        .filter_map(|(k, _)| {
-            let mut parts = k.splitn(3, '|');
-            Some((
-                UserId::new(parts.next()?),
-                ClientId::new(parts.next()?),
-                FamilyId::new(parts.next()?),
-            ))
-        })
+        .filter_map(|(k, _)| parse_family_key(&k))
         .collect())
+}
+
+/// Splits a `user|client|family` key. User ids (`github:<n>`) and family ids (base64url) never
+/// contain `|`, so the user ends at the first and the family starts after the last: a client
+/// id stored before `|` was refused in URL client ids still parses as a whole.
+fn parse_family_key(k: &str) -> Option<(UserId, ClientId, FamilyId)> {
+    let (user, rest) = k.split_once('|')?;
+    let (client, family) = rest.rsplit_once('|')?;
+    if user.is_empty() || client.is_empty() || family.is_empty() {
+        return None;
+    }
+    Some((
+        UserId::new(user),
+        ClientId::new(client),
+        FamilyId::new(family),
+    ))
 }
 
 /// One client, with how many people consented to it and how many token families it holds.
@@ -343,5 +352,26 @@ pub async fn readiness(app: &App) -> Readiness {
     Readiness {
         config: true,
         store,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn family_keys_with_a_bar_in_the_client_id_parse_to_the_real_family() {
+        let (u, c, f) = parse_family_key("github:1|https://evil.example/x|y|fam123").unwrap();
+        assert_eq!(u.as_str(), "github:1");
+        assert_eq!(c.as_str(), "https://evil.example/x|y");
+        assert_eq!(f.as_str(), "fam123");
+        let (u, c, f) = parse_family_key("github:1|mcpc_abc|fam").unwrap();
+        assert_eq!(
+            (u.as_str(), c.as_str(), f.as_str()),
+            ("github:1", "mcpc_abc", "fam")
+        );
+        for bad in ["", "github:1", "github:1|fam", "|c|f", "u||f", "u|c|"] {
+            assert!(parse_family_key(bad).is_none(), "{bad}");
+        }
     }
 }

@@ -604,7 +604,9 @@ pub async fn revoke_user_client(
         .scan_prefix(Keyspace::UserFamilies, &prefix)
         .await?
     {
-        if let Some(fam) = key.rsplit('|').next()
+        // Exactly this client's keys: after the prefix comes the family id alone (a legacy
+        // client id containing `|` could otherwise share the prefix).
+        if let Some(fam) = key.strip_prefix(&prefix).filter(|f| !f.contains('|'))
             && revoke_family(app, &FamilyId::new(fam)).await?
         {
             n += 1;
