@@ -36,8 +36,9 @@ mod bindings {
 /// Configured clients, Client ID Metadata Documents (and the SSRF-safe fetch), consent
 /// warnings.
 mod clients {
+    mod budget;
     mod cimd;
-    mod doc_server;
+    pub mod doc_server;
     mod preregistered;
     mod ssrf;
     mod warnings;

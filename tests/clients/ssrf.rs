@@ -97,6 +97,8 @@ async fn names_resolving_to_special_use_addresses_are_refused_without_connecting
         "rebind.attacker.test",
     ];
     for name in names {
+        // A fresh minute each: the per-client-IP fetch budget is not what is tested here.
+        proxy.clock.advance(60);
         let body = refused(&proxy, &format!("https://{name}:{p}/client.json")).await;
         assert!(
             body.contains("special-use network address"),
@@ -141,6 +143,7 @@ async fn numeric_host_tricks_are_refused_before_resolution_or_connection() {
         "https://169.254.169.254/latest/meta-data".to_owned(),
         "https://10.0.0.1/client.json".to_owned(),
     ] {
+        proxy.clock.advance(60);
         let body = refused(&proxy, &literal).await;
         assert!(
             body.contains("special-use network address"),

@@ -9,6 +9,8 @@ use super::ssrf::MapResolver;
 use crate::support::browser::Resp;
 use crate::support::client::decide;
 use crate::support::{Browser, Client, Options, Pkce, TestProxy};
+use mcp_oauth_proxy::clock::Clock;
+use mcp_oauth_proxy::store::Keyspace;
 use serde_json::Value;
 
 const RECENT: &str = "This application was registered moments ago";
@@ -150,4 +152,93 @@ async fn metadata_document_whose_redirect_host_differs_from_its_own_host_is_flag
     assert!(shown(&p).contains(&MISMATCH), "{}", p.body);
     let shown_events = events(&proxy, "consent_shown").await;
     assert!(warnings_of(shown_events.last().unwrap()).contains(&MISMATCH.to_owned()));
+}
+
+#[tokio::test]
+async fn document_that_swaps_its_redirect_uris_after_a_long_time_shows_the_new_client_warning_again()
+ {
+    // An attacker publishes a harmless document, lets it age, then swaps in their own
+    // redirect URI: the age of the old document must not silence the warning.
+    let proxy = TestProxy::start_with(Options {
+        extra_toml: DEV.to_owned(),
+        ..Options::default()
+    })
+    .await;
+    let server = DocServer::start().await;
+    let id = server.client_id();
+    server.serve_json(
+        &server.document("Tool", &["https://tool.example/cb"]),
+        &[("cache-control", "no-store")],
+    );
+    let c = Client {
+        id: id.clone(),
+        secret: None,
+        redirect_uri: "https://tool.example/cb".to_owned(),
+    };
+    assert!(shown(&page(&proxy, &c, &Browser::new()).await).contains(&RECENT));
+    c.tokens(&proxy, &Browser::new(), "alice").await;
+
+    proxy.clock.advance(30 * 86_400);
+    assert!(!shown(&page(&proxy, &c, &Browser::new()).await).contains(&RECENT));
+
+    server.serve_json(
+        &server.document("Tool", &["https://collector.example/cb"]),
+        &[("cache-control", "no-store")],
+    );
+    let swapped = Client {
+        redirect_uri: "https://collector.example/cb".to_owned(),
+        ..c
+    };
+    let p = page(&proxy, &swapped, &Browser::new()).await;
+    assert!(shown(&p).contains(&RECENT), "{}", p.body);
+    assert!(p.body.contains("first seen or last changed"), "{}", p.body);
+    // Detection reads the same date (the record's `registered_at` is the change).
+    let known = proxy
+        .app
+        .clients
+        .known(&mcp_oauth_proxy::ids::ClientId::new(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(known.registered_at, proxy.clock.now());
+}
+
+#[tokio::test]
+async fn metadata_document_record_of_a_client_that_never_got_a_code_expires() {
+    let proxy = TestProxy::start_with(Options {
+        extra_toml: DEV.to_owned(),
+        ..Options::default()
+    })
+    .await;
+    let unused = DocServer::start().await;
+    unused.serve_json(&unused.document("Unused", &["https://u.example/cb"]), &[]);
+    let used = DocServer::start().await;
+    used.serve_json(&used.document("Used", &["https://v.example/cb"]), &[]);
+    let client_of = |s: &DocServer, r: &str| Client {
+        id: s.client_id(),
+        secret: None,
+        redirect_uri: r.to_owned(),
+    };
+    page(
+        &proxy,
+        &client_of(&unused, "https://u.example/cb"),
+        &Browser::new(),
+    )
+    .await;
+    client_of(&used, "https://v.example/cb")
+        .tokens(&proxy, &Browser::new(), "alice")
+        .await;
+    assert_eq!(proxy.count(Keyspace::CimdClients).await, 2);
+    // The default unused-registration lifetime (a day): only the client with a code stays.
+    proxy.clock.advance(86_400 + 1);
+    let left: Vec<String> = proxy
+        .app
+        .store
+        .scan_prefix(Keyspace::CimdClients, "")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(left, vec![used.client_id()]);
 }

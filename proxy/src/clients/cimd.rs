@@ -47,6 +47,9 @@ pub enum CimdError {
     /// Other metadata failed the registration rules.
     #[error("invalid metadata: {0}")]
     Invalid(&'static str),
+    /// The server's operators deleted this client; it is not fetched again.
+    #[error("blocked")]
+    Blocked,
 }
 
 impl CimdError {
@@ -72,6 +75,7 @@ impl CimdError {
                 "the client metadata document's token_endpoint_auth_method is not supported (use none)"
             }
             CimdError::Invalid(d) => d,
+            CimdError::Blocked => "this application has been blocked by the server's operators",
         }
     }
 }

@@ -3,8 +3,11 @@
 //! resolved address must pass [`address_allowed`], and the HTTP client is pinned to exactly
 //! those addresses (no second resolution, so DNS rebinding between check and use cannot
 //! redirect the connection). No redirects, only 200, short timeouts, at most
-//! [`MAX_BODY_BYTES`], and a global outbound rate limit.
+//! [`MAX_BODY_BYTES`], an outbound budget per client IP (taken before the name is resolved)
+//! and a global one (taken only once the address check passed, so ids that are refused anyway
+//! cannot spend everyone's budget).
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,7 +46,7 @@ pub enum FetchError {
     /// The host name did not resolve.
     #[error("host did not resolve")]
     Unresolvable,
-    /// Too many outbound fetches this minute.
+    /// Too many outbound fetches this minute (from this client IP, or all together).
     #[error("rate limited")]
     RateLimited,
     /// Connection failed or timed out.
@@ -61,6 +64,16 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// Whether the failure is not the client's: the budget, the network, the publisher's
+    /// server. Retrying later may succeed, and the last valid document may stand in.
+    pub fn is_temporary(self) -> bool {
+        match self {
+            FetchError::RateLimited | FetchError::Unreachable => true,
+            FetchError::Status(s) => s >= 500,
+            _ => false,
+        }
+    }
+
     /// A readable reason, for the page and the `error_description`.
     pub fn description(self) -> &'static str {
         match self {
@@ -99,6 +112,8 @@ pub struct FetchPolicy {
     pub timeout: Duration,
     /// Fetches allowed per minute (all hosts together).
     pub per_minute: u32,
+    /// Fetch attempts allowed per minute from one client IP (IPv6 per /64).
+    pub per_ip_per_minute: u32,
     /// Development only: loopback addresses (and plain http to them) are allowed.
     pub allow_loopback: bool,
 }
@@ -108,7 +123,12 @@ pub struct Fetcher {
     resolver: Arc<dyn Resolver>,
     policy: FetchPolicy,
     window: Mutex<(u64, u32)>,
+    per_ip: Mutex<(u64, HashMap<IpAddr, u32>)>,
 }
+
+/// Most client IPs counted in one minute; beyond it new addresses are refused like an
+/// exhausted budget (memory stays bounded under a flood of addresses).
+const MAX_TRACKED_IPS: usize = 10_000;
 
 impl Fetcher {
     /// A fetcher resolving through `resolver`.
@@ -117,6 +137,7 @@ impl Fetcher {
             resolver,
             policy,
             window: Mutex::new((0, 0)),
+            per_ip: Mutex::new((0, HashMap::new())),
         }
     }
 
@@ -139,6 +160,29 @@ impl Fetcher {
             return false;
         }
         w.1 += 1;
+        true
+    }
+
+    /// One attempt from `ip` this minute; `None` (no connection info) is not counted here.
+    fn take_ip_token(&self, ip: Option<IpAddr>, now: UnixTime) -> bool {
+        let Some(ip) = ip else { return true };
+        let key = crate::limits::bucket_key(ip);
+        let minute = now.0 / 60;
+        let mut w = self
+            .per_ip
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if w.0 != minute {
+            *w = (minute, HashMap::new());
+        }
+        if !w.1.contains_key(&key) && w.1.len() >= MAX_TRACKED_IPS {
+            return false;
+        }
+        let n = w.1.entry(key).or_insert(0);
+        if *n >= self.policy.per_ip_per_minute {
+            return false;
+        }
+        *n += 1;
         true
     }
 
@@ -170,15 +214,25 @@ impl Fetcher {
         Ok(addrs)
     }
 
-    /// Fetches `url` (already validated as a client id URL).
-    pub async fn fetch(&self, url: &Url, now: UnixTime) -> Result<Fetched, FetchError> {
-        if !self.take_token(now) {
+    /// Fetches `url` (already validated as a client id URL) for a request from `from`.
+    pub async fn fetch(
+        &self,
+        url: &Url,
+        now: UnixTime,
+        from: Option<IpAddr>,
+    ) -> Result<Fetched, FetchError> {
+        // The caller's own budget first: it also bounds the name lookups one source causes.
+        if !self.take_ip_token(from, now) {
             return Err(FetchError::RateLimited);
         }
         let addrs = self.checked_addresses(url).await?;
         if url.scheme() != "https" && !addrs.iter().all(|a| is_loopback(a.ip())) {
             // Plain http is only ever allowed to loopback (development setting).
             return Err(FetchError::SpecialUseAddress);
+        }
+        // Everyone's budget only for a fetch that will really be made.
+        if !self.take_token(now) {
+            return Err(FetchError::RateLimited);
         }
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -457,6 +511,7 @@ mod tests {
             FetchPolicy {
                 timeout: Duration::from_secs(1),
                 per_minute,
+                per_ip_per_minute: 3,
                 allow_loopback: false,
             },
         )
@@ -473,21 +528,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn outbound_fetches_are_rate_limited_per_minute() {
-        let f = fetcher(&["10.0.0.1:443"], 2);
+    async fn refused_addresses_do_not_spend_the_global_budget() {
+        let f = fetcher(&["10.0.0.1:443"], 1);
         let url = Url::parse("https://x.example/c").unwrap();
         let t = UnixTime(600);
+        for ip in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+            assert_eq!(
+                f.fetch(&url, t, Some(ip.parse().unwrap()))
+                    .await
+                    .unwrap_err(),
+                FetchError::SpecialUseAddress
+            );
+        }
+        // The one global token is still there.
+        assert!(f.take_token(t));
+        assert!(!f.take_token(t));
+        assert!(f.take_token(UnixTime(660)));
+    }
+
+    #[tokio::test]
+    async fn one_client_ip_is_limited_per_minute_and_ipv6_per_64() {
+        let f = fetcher(&["10.0.0.1:443"], 100);
+        let url = Url::parse("https://x.example/c").unwrap();
+        let t = UnixTime(600);
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let same_64: IpAddr = "2001:db8:1:2::99".parse().unwrap();
+        for _ in 0..3 {
+            assert_eq!(
+                f.fetch(&url, t, Some(a)).await.unwrap_err(),
+                FetchError::SpecialUseAddress
+            );
+        }
         assert_eq!(
-            f.fetch(&url, t).await.unwrap_err(),
+            f.fetch(&url, t, Some(same_64)).await.unwrap_err(),
+            FetchError::RateLimited
+        );
+        // Another source, and the next minute, are not affected.
+        assert_eq!(
+            f.fetch(&url, t, Some("8.8.8.8".parse().unwrap()))
+                .await
+                .unwrap_err(),
             FetchError::SpecialUseAddress
         );
         assert_eq!(
-            f.fetch(&url, t).await.unwrap_err(),
-            FetchError::SpecialUseAddress
-        );
-        assert_eq!(f.fetch(&url, t).await.unwrap_err(), FetchError::RateLimited);
-        assert_eq!(
-            f.fetch(&url, UnixTime(660)).await.unwrap_err(),
+            f.fetch(&url, UnixTime(660), Some(a)).await.unwrap_err(),
             FetchError::SpecialUseAddress
         );
     }

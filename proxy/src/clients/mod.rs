@@ -3,27 +3,40 @@
 //! through [`fetch`] and validated by [`cimd`]), and dynamically registered (the store). The
 //! kinds cannot shadow each other: generated ids start with `mcpc_`, configured ids may not,
 //! and neither may look like a URL.
+//!
+//! Metadata-document clients leave a [`CimdClientRecord`] behind: it dates the last change of
+//! what a consent covers (the "registered moments ago" warning), lets the last valid document
+//! be served for a bounded time when a fetch fails for reasons that are not the client's
+//! (stale-if-error), carries an operator's block, and expires unless the client got a code.
 
 pub mod cimd;
 pub mod fetch;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::bindings::redirect;
 use crate::clock::{SharedClock, UnixTime};
 use crate::config::{CimdPolicy, Config, PreregisteredClient};
 use crate::crypto;
 use crate::ids::ClientId;
+use crate::oauth::registration::ApplicationType;
 use crate::oauth::scope::ScopeSet;
 use crate::store::records::{CimdClientRecord, ClientRecord};
-use crate::store::{Keyspace, SharedStore, StoreError, StoreExt};
+use crate::store::{Keyspace, SharedStore, StoreError, StoreExt, Versioned, encode};
 
 use cimd::CimdError;
 use fetch::{FetchError, FetchPolicy, Fetcher, Resolver};
 
 /// Most metadata documents held in memory.
 const MAX_CACHED: usize = 1024;
+/// How long the last valid document is served when a fresh one cannot be had for reasons
+/// that are not the client's (budget spent, host unreachable, server error).
+pub const STALE_IF_ERROR_SECS: u64 = 86_400;
+/// Compare-and-swap attempts on one metadata-document record.
+const RECORD_ATTEMPTS: usize = 8;
 
 /// Where a client's identity comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +87,12 @@ pub enum ClientsError {
 }
 
 impl ClientsError {
+    /// Whether the document could not be had for reasons that are not the client's (fetch
+    /// budget spent, host unreachable, server error): worth retrying, never `invalid_client`.
+    pub fn is_temporary(&self) -> bool {
+        matches!(self, ClientsError::Fetch(e) if e.is_temporary())
+    }
+
     /// A readable reason (not for `Store`, which is our fault and stays generic).
     pub fn description(&self) -> &'static str {
         match self {
@@ -105,6 +124,7 @@ pub struct Directory {
     store: SharedStore,
     clock: SharedClock,
     offered: ScopeSet,
+    unused_ttl_secs: u64,
 }
 
 impl Directory {
@@ -133,6 +153,7 @@ impl Directory {
                 FetchPolicy {
                     timeout: Duration::from_secs(policy.fetch_timeout_secs),
                     per_minute: policy.fetches_per_minute,
+                    per_ip_per_minute: policy.fetches_per_minute_per_ip,
                     allow_loopback: policy.dangerously_allow_loopback_for_development,
                 },
             ),
@@ -141,6 +162,7 @@ impl Directory {
             store,
             clock,
             offered,
+            unused_ttl_secs: config.registration.unused_client_ttl_secs,
         }
     }
 
@@ -154,14 +176,30 @@ impl Directory {
         self.policy.enabled
     }
 
+    /// The configured clients, for the admin API.
+    pub fn configured(&self) -> Vec<ClientRecord> {
+        let mut all: Vec<ClientRecord> = self
+            .preregistered
+            .values()
+            .map(|c| preregistered(c).record)
+            .collect();
+        all.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+        all
+    }
+
     /// Resolves a client for authorization: configured, fetched document (cached within its
-    /// lifetime), or registered. `Ok(None)`: no such client.
-    pub async fn resolve(&self, id: &ClientId) -> Result<Option<ResolvedClient>, ClientsError> {
+    /// lifetime), or registered. `from` is the client IP of the request (its fetch budget).
+    /// `Ok(None)`: no such client.
+    pub async fn resolve(
+        &self,
+        id: &ClientId,
+        from: Option<IpAddr>,
+    ) -> Result<Option<ResolvedClient>, ClientsError> {
         if let Some(c) = self.preregistered.get(id.as_str()) {
             return Ok(Some(preregistered(c)));
         }
         if cimd::is_url_client_id(id.as_str()) {
-            return self.document(id).await.map(Some);
+            return self.document(id, from).await.map(Some);
         }
         let rec: Option<ClientRecord> = self.store.get_json(Keyspace::Clients, id.as_str()).await?;
         Ok(rec.map(|record| ResolvedClient {
@@ -173,12 +211,17 @@ impl Directory {
     }
 
     /// The client record as [`Directory::resolve`] finds it.
-    pub async fn get(&self, id: &ClientId) -> Result<Option<ClientRecord>, ClientsError> {
-        Ok(self.resolve(id).await?.map(|c| c.record))
+    pub async fn get(
+        &self,
+        id: &ClientId,
+        from: Option<IpAddr>,
+    ) -> Result<Option<ClientRecord>, ClientsError> {
+        Ok(self.resolve(id, from).await?.map(|c| c.record))
     }
 
     /// The client as last known, without fetching anything: for display (names on pages and
-    /// messages), never for authorization.
+    /// messages), never for authorization. A metadata-document client's `registered_at` is
+    /// the last change of what a consent covers.
     pub async fn known(&self, id: &ClientId) -> Result<Option<ClientRecord>, StoreError> {
         if let Some(c) = self.preregistered.get(id.as_str()) {
             return Ok(Some(preregistered(c).record));
@@ -193,7 +236,89 @@ impl Directory {
         self.store.get_json(Keyspace::Clients, id.as_str()).await
     }
 
-    async fn document(&self, id: &ClientId) -> Result<ResolvedClient, ClientsError> {
+    /// A metadata-document client got its first code: its record is kept for good (until
+    /// then it expires like an unused registration). Other kinds are left alone.
+    pub async fn mark_used(&self, id: &ClientId) -> Result<(), StoreError> {
+        if !cimd::is_url_client_id(id.as_str()) {
+            return Ok(());
+        }
+        for _ in 0..RECORD_ATTEMPTS {
+            let Some(v) = self.store.get(Keyspace::CimdClients, id.as_str()).await? else {
+                return Ok(());
+            };
+            if v.expires_at.is_none() {
+                return Ok(());
+            }
+            let kept = Versioned {
+                value: v.value.clone(),
+                expires_at: None,
+            };
+            if self
+                .store
+                .compare_and_swap(Keyspace::CimdClients, id.as_str(), &v, Some(kept))
+                .await?
+            {
+                return Ok(());
+            }
+        }
+        // Not fatal: the record may expire and the client then looks new again.
+        tracing::warn!(client_id = %id, "metadata-document record contended; not marked used");
+        Ok(())
+    }
+
+    /// Blocks a metadata-document client for good (an operator deleted it): it is never
+    /// fetched or served again, on any replica. `Ok(false)`: it was blocked already. A client
+    /// never seen is blocked ahead of time if its id is a URL that could be fetched.
+    pub async fn block(&self, id: &ClientId) -> Result<bool, ClientsError> {
+        self.forget(id.as_str());
+        let now = self.clock.now();
+        for _ in 0..RECORD_ATTEMPTS {
+            let current: Option<(CimdClientRecord, Versioned)> = self
+                .store
+                .get_versioned(Keyspace::CimdClients, id.as_str())
+                .await?;
+            let done = match current {
+                Some((rec, _)) if rec.blocked_at.is_some() => return Ok(false),
+                Some((mut rec, version)) => {
+                    rec.blocked_at = Some(now);
+                    let next = Versioned {
+                        value: encode(&rec)?,
+                        expires_at: None,
+                    };
+                    self.store
+                        .compare_and_swap(Keyspace::CimdClients, id.as_str(), &version, Some(next))
+                        .await?
+                }
+                None => {
+                    // Never seen (or its record expired): block it ahead of any fetch.
+                    cimd::parse_url(
+                        id.as_str(),
+                        self.policy.dangerously_allow_loopback_for_development,
+                    )?;
+                    let rec = CimdClientRecord {
+                        first_seen: now,
+                        client: placeholder(id, now),
+                        changed_at: Some(now),
+                        validated_at: None,
+                        blocked_at: Some(now),
+                    };
+                    self.store
+                        .insert_json(Keyspace::CimdClients, id.as_str(), &rec, None)
+                        .await?
+                }
+            };
+            if done {
+                return Ok(true);
+            }
+        }
+        Err(StoreError::Backend("metadata-document record contended".to_owned()).into())
+    }
+
+    async fn document(
+        &self,
+        id: &ClientId,
+        from: Option<IpAddr>,
+    ) -> Result<ResolvedClient, ClientsError> {
         if !self.policy.enabled {
             return Err(CimdError::Disabled.into());
         }
@@ -202,15 +327,43 @@ impl Directory {
             self.policy.dangerously_allow_loopback_for_development,
         )?;
         let now = self.clock.now();
+        // The stored record before any cached copy: an operator's block, made on any
+        // replica, wins at once.
+        let stored: Option<(CimdClientRecord, Versioned)> = self
+            .store
+            .get_versioned(Keyspace::CimdClients, id.as_str())
+            .await?;
+        if stored.as_ref().is_some_and(|(r, _)| r.blocked_at.is_some()) {
+            self.forget(id.as_str());
+            return Err(CimdError::Blocked.into());
+        }
         if let Some(c) = self.cached(id.as_str(), now) {
             return Ok(c);
         }
+        let host = url.host_str().unwrap_or_default().to_owned();
         // Errors and invalid documents return here, before anything is cached or stored.
-        let fetched = self.fetcher.fetch(&url, now).await?;
+        let fetched = match self.fetcher.fetch(&url, now, from).await {
+            Ok(f) => f,
+            Err(e) if e.is_temporary() => {
+                if let Some((seen, _)) = &stored
+                    && let Some(validated) = seen.validated_at
+                    && now.since(validated) <= STALE_IF_ERROR_SECS
+                {
+                    tracing::warn!(client_id = %id, error = %e, "client metadata document not fetched; serving the last valid one");
+                    return Ok(ResolvedClient {
+                        fingerprint: fingerprint(&seen.client),
+                        record: seen.client.clone(),
+                        kind: ClientKind::MetadataDocument { host },
+                        remember_consent: true,
+                    });
+                }
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         let doc = cimd::validate(id.as_str(), &fetched.body, &self.offered)?;
         let m = doc.metadata;
-        let host = url.host_str().unwrap_or_default().to_owned();
-        let mut record = ClientRecord {
+        let record = ClientRecord {
             client_id: id.clone(),
             client_name: m.client_name,
             redirect_uris: m.redirect_uris,
@@ -221,37 +374,11 @@ impl Directory {
             application_type: m.application_type,
             registered_at: now,
         };
-        let fp = fingerprint(&record);
-        let fresh = CimdClientRecord {
-            first_seen: now,
-            client: record.clone(),
-        };
-        if !self
-            .store
-            .insert_json(Keyspace::CimdClients, id.as_str(), &fresh, None)
-            .await?
-        {
-            let seen: Option<CimdClientRecord> = self
-                .store
-                .get_json(Keyspace::CimdClients, id.as_str())
-                .await?;
-            if let Some(seen) = seen {
-                record.registered_at = seen.first_seen;
-                if fingerprint(&seen.client) != fp {
-                    let updated = CimdClientRecord {
-                        first_seen: seen.first_seen,
-                        client: record.clone(),
-                    };
-                    self.store
-                        .put_json(Keyspace::CimdClients, id.as_str(), &updated, None)
-                        .await?;
-                }
-            }
-        }
+        let record = self.store_valid(id, record, stored, now).await?;
         let client = ResolvedClient {
+            fingerprint: fingerprint(&record),
             record,
             kind: ClientKind::MetadataDocument { host },
-            fingerprint: fp,
             remember_consent: true,
         };
         if let Some(secs) = cimd::cache_secs(
@@ -262,6 +389,81 @@ impl Directory {
             self.remember(id.as_str(), &client, now.plus(secs));
         }
         Ok(client)
+    }
+
+    /// Records a freshly validated document; returns it with `registered_at` set to the last
+    /// change of its fingerprint (now, for a new client or a changed document, so an old
+    /// harmless document cannot lend its age to new redirect URIs).
+    async fn store_valid(
+        &self,
+        id: &ClientId,
+        record: ClientRecord,
+        mut current: Option<(CimdClientRecord, Versioned)>,
+        now: UnixTime,
+    ) -> Result<ClientRecord, ClientsError> {
+        let fp = fingerprint(&record);
+        for _ in 0..RECORD_ATTEMPTS {
+            let written = match current {
+                None => {
+                    let fresh = CimdClientRecord {
+                        first_seen: now,
+                        client: record.clone(),
+                        changed_at: Some(now),
+                        validated_at: Some(now),
+                        blocked_at: None,
+                    };
+                    // Until its first code it expires like an unused registration.
+                    let expires = Some(now.plus(self.unused_ttl_secs));
+                    self.store
+                        .insert_json(Keyspace::CimdClients, id.as_str(), &fresh, expires)
+                        .await?
+                        .then(|| record.clone())
+                }
+                Some((seen, _)) if seen.blocked_at.is_some() => {
+                    self.forget(id.as_str());
+                    return Err(CimdError::Blocked.into());
+                }
+                Some((seen, version)) => {
+                    let changed_at = if fingerprint(&seen.client) == fp {
+                        seen.changed_at.unwrap_or(seen.first_seen)
+                    } else {
+                        now
+                    };
+                    let mut client = record.clone();
+                    client.registered_at = changed_at;
+                    let next = CimdClientRecord {
+                        first_seen: seen.first_seen,
+                        client: client.clone(),
+                        changed_at: Some(changed_at),
+                        validated_at: Some(now),
+                        blocked_at: None,
+                    };
+                    let v = Versioned {
+                        value: encode(&next)?,
+                        expires_at: version.expires_at,
+                    };
+                    self.store
+                        .compare_and_swap(Keyspace::CimdClients, id.as_str(), &version, Some(v))
+                        .await?
+                        .then_some(client)
+                }
+            };
+            if let Some(client) = written {
+                return Ok(client);
+            }
+            current = self
+                .store
+                .get_versioned(Keyspace::CimdClients, id.as_str())
+                .await?;
+        }
+        Err(StoreError::Backend("metadata-document record contended".to_owned()).into())
+    }
+
+    fn forget(&self, id: &str) {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(id);
     }
 
     fn cached(&self, id: &str, now: UnixTime) -> Option<ResolvedClient> {
@@ -303,6 +505,21 @@ impl Directory {
     }
 }
 
+/// The record kept for a client blocked before it was ever seen: nothing it could use.
+fn placeholder(id: &ClientId, now: UnixTime) -> ClientRecord {
+    ClientRecord {
+        client_id: id.clone(),
+        client_name: None,
+        redirect_uris: Vec::new(),
+        auth_method: crate::oauth::registration::TokenAuthMethod::None,
+        secret_hash: None,
+        grant_types: Vec::new(),
+        scope: None,
+        application_type: crate::oauth::registration::ApplicationType::Web,
+        registered_at: now,
+    }
+}
+
 fn preregistered(c: &PreregisteredClient) -> ResolvedClient {
     let record = ClientRecord {
         client_id: c.client_id.clone(),
@@ -312,7 +529,12 @@ fn preregistered(c: &PreregisteredClient) -> ResolvedClient {
         secret_hash: c.secret_hash.clone(),
         grant_types: vec!["authorization_code".to_owned(), "refresh_token".to_owned()],
         scope: None,
-        application_type: crate::oauth::registration::ApplicationType::Web,
+        // Inferred from the redirect URIs, as registration does for an omitted type.
+        application_type: if c.redirect_uris.iter().any(|u| redirect::is_native_only(u)) {
+            ApplicationType::Native
+        } else {
+            ApplicationType::Web
+        },
         // Configured clients are not "new": the recent-registration warning never applies.
         registered_at: UnixTime(0),
     };

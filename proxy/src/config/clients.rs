@@ -35,6 +35,7 @@ pub(super) struct RawCimd {
     cache_min_secs: u64,
     cache_max_secs: u64,
     fetches_per_minute: u32,
+    fetches_per_minute_per_ip: u32,
     dangerously_allow_loopback_for_development: bool,
 }
 
@@ -46,6 +47,7 @@ impl Default for RawCimd {
             cache_min_secs: 60,
             cache_max_secs: 3600,
             fetches_per_minute: 60,
+            fetches_per_minute_per_ip: 10,
             dangerously_allow_loopback_for_development: false,
         }
     }
@@ -81,6 +83,8 @@ pub struct CimdPolicy {
     pub cache_max_secs: u64,
     /// Outbound fetches per minute, all hosts together.
     pub fetches_per_minute: u32,
+    /// Fetch attempts per minute caused by one client IP (IPv6 per /64).
+    pub fetches_per_minute_per_ip: u32,
     /// Development only: fetch documents from loopback (and plain http there).
     pub dangerously_allow_loopback_for_development: bool,
 }
@@ -194,12 +198,16 @@ pub(super) fn validate_cimd(raw: &RawCimd, errs: &mut Vec<String>) -> CimdPolicy
     if raw.fetches_per_minute == 0 {
         errs.push("cimd.fetches_per_minute: at least 1".to_owned());
     }
+    if raw.fetches_per_minute_per_ip == 0 {
+        errs.push("cimd.fetches_per_minute_per_ip: at least 1".to_owned());
+    }
     CimdPolicy {
         enabled: raw.enabled,
         fetch_timeout_secs: raw.fetch_timeout_secs,
         cache_min_secs: raw.cache_min_secs,
         cache_max_secs: raw.cache_max_secs,
         fetches_per_minute: raw.fetches_per_minute,
+        fetches_per_minute_per_ip: raw.fetches_per_minute_per_ip,
         dangerously_allow_loopback_for_development: raw.dangerously_allow_loopback_for_development,
     }
 }
@@ -281,10 +289,11 @@ remember_consent = false
             cache_min_secs: 10_000,
             cache_max_secs: 100_000,
             fetches_per_minute: 0,
+            fetches_per_minute_per_ip: 0,
             fetch_timeout_secs: 0,
             ..RawCimd::default()
         };
         validate_cimd(&raw, &mut errs);
-        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert_eq!(errs.len(), 4, "{errs:?}");
     }
 }

@@ -50,6 +50,8 @@ pub struct AuthorizeInput<'a> {
     pub csrf_cookie: Option<String>,
     /// `Sec-Fetch-Site`.
     pub sec_fetch_site: Option<String>,
+    /// The client IP (`http::client_ip`), for the metadata-document fetch budget.
+    pub client_ip: Option<std::net::IpAddr>,
 }
 
 /// Runs `/authorize`.
@@ -66,7 +68,7 @@ pub async fn authorize(
             .clone()
             .ok_or(FlowError::Page(pages::UNKNOWN_CLIENT))?,
     );
-    let resolved = match app.clients.resolve(&client_id).await {
+    let resolved = match app.clients.resolve(&client_id, input.client_ip).await {
         Ok(Some(c)) => c,
         Ok(None) => return Err(FlowError::Page(pages::UNKNOWN_CLIENT)),
         Err(ClientsError::Store(e)) => return Err(e.into()),
@@ -195,7 +197,11 @@ pub async fn authorize(
         registered_ago: match &resolved.kind {
             ClientKind::Preregistered => "configured by this server's operators".to_owned(),
             ClientKind::MetadataDocument { .. } => {
-                format!("first seen {}", ago(now, client.registered_at))
+                // `registered_at` of a document is its last change of redirects, name or method.
+                format!(
+                    "first seen or last changed {}",
+                    ago(now, client.registered_at)
+                )
             }
             ClientKind::Registered => format!("registered {}", ago(now, client.registered_at)),
         },
@@ -239,7 +245,7 @@ async fn warnings(
             detail: format!(
                 "{} {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
                 if matches!(resolved.kind, ClientKind::MetadataDocument { .. }) {
-                    "This server first saw it"
+                    "This server first saw it, or saw its redirect addresses or name change,"
                 } else {
                     "It was registered"
                 },

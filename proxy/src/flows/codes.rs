@@ -103,6 +103,7 @@ pub async fn issue_code(
         .await?;
     // The client completed an authorization: its registration is kept for good.
     super::register::mark_used(app, redirect.client_id()).await?;
+    app.clients.mark_used(redirect.client_id()).await?;
     consent_registry::touch(
         app.store.as_ref(),
         now,

@@ -5,6 +5,8 @@
 //! redemptions cannot both win. A redeemed code leaves a tombstone: presenting it again
 //! revokes what it produced. Refresh rotation is a compare-and-swap on the family record.
 
+use std::net::IpAddr;
+
 use super::FlowError;
 use crate::app::App;
 use crate::audit::AuditEvent;
@@ -36,17 +38,24 @@ const USED_CODE_TTL_SECS: u64 = 600;
 const CAS_RETRIES: usize = 16;
 
 /// Authenticates the calling client (RFC 6749 §2.3; public clients send only `client_id`).
+/// `ip` is the request's client IP (its metadata-document fetch budget).
 pub async fn authenticate_client(
     app: &App,
     authorization: Option<&str>,
+    ip: Option<IpAddr>,
     p: &Params,
 ) -> Result<ClientRecord, FlowError> {
     let basic = authorization.map(parse_basic).transpose()?;
     let basic_used = basic.is_some();
     let auth = ClientAuth::from_request(basic, p)?;
-    let client: ClientRecord = match app.clients.get(&auth.client_id).await {
+    let client: ClientRecord = match app.clients.get(&auth.client_id, ip).await {
         Ok(c) => c.ok_or(INVALID_CLIENT)?,
         Err(ClientsError::Store(e)) => return Err(e.into()),
+        // The document could not be had just now: `invalid_client` would make the client
+        // give up on a registration that is fine.
+        Err(e) if e.is_temporary() => {
+            return Err(OAuthError::new(ErrorCode::TemporarilyUnavailable, e.description()).into());
+        }
         Err(e) => return Err(OAuthError::new(ErrorCode::InvalidClient, e.description()).into()),
     };
     // The registered method must be the one used (RFC 7591 §2): a secret registered for HTTP
@@ -72,6 +81,7 @@ pub async fn authenticate_client(
 pub async fn token(
     app: &App,
     authorization: Option<&str>,
+    ip: Option<IpAddr>,
     body: &str,
 ) -> Result<TokenOutcome, FlowError> {
     let p = Params::parse(body)?;
@@ -80,7 +90,7 @@ pub async fn token(
             super::exchange::exchange(app, authorization, &p).await?,
         ));
     }
-    grants(app, authorization, p)
+    grants(app, authorization, ip, p)
         .await
         .map(TokenOutcome::Tokens)
 }
@@ -97,9 +107,10 @@ pub enum TokenOutcome {
 async fn grants(
     app: &App,
     authorization: Option<&str>,
+    ip: Option<IpAddr>,
     p: Params,
 ) -> Result<TokenResponse, FlowError> {
-    let client = authenticate_client(app, authorization, &p).await?;
+    let client = authenticate_client(app, authorization, ip, &p).await?;
     match TokenRequest::parse(&p)? {
         TokenRequest::AuthorizationCode {
             code,
@@ -616,9 +627,14 @@ pub async fn revoke_user_client(
 }
 
 /// Handles `/revoke` (RFC 7009): 200 whether or not the token was valid.
-pub async fn revoke(app: &App, authorization: Option<&str>, body: &str) -> Result<(), FlowError> {
+pub async fn revoke(
+    app: &App,
+    authorization: Option<&str>,
+    ip: Option<IpAddr>,
+    body: &str,
+) -> Result<(), FlowError> {
     let p = Params::parse(body)?;
-    let client = authenticate_client(app, authorization, &p).await?;
+    let client = authenticate_client(app, authorization, ip, &p).await?;
     let token = p.require("token", "token is required")?;
     if let Some(rt) = token
         .strip_prefix(grant::REFRESH_PREFIX)

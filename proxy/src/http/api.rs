@@ -77,11 +77,13 @@ pub async fn register(
 /// `POST /token`.
 pub async fn token(
     State(app): State<App>,
+    ip: Option<Extension<ClientIp>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let form = form_body(&headers, &body)?;
-    let out = match tok::token(&app, authorization(&headers), &form).await? {
+    let ip = ip.map(|Extension(ClientIp(ip))| ip);
+    let out = match tok::token(&app, authorization(&headers), ip, &form).await? {
         tok::TokenOutcome::Tokens(t) => Json(t).into_response(),
         tok::TokenOutcome::Exchanged(v) => Json(v).into_response(),
     };
@@ -91,10 +93,12 @@ pub async fn token(
 /// `POST /revoke`.
 pub async fn revoke(
     State(app): State<App>,
+    ip: Option<Extension<ClientIp>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let form = form_body(&headers, &body)?;
-    tok::revoke(&app, authorization(&headers), &form).await?;
+    let ip = ip.map(|Extension(ClientIp(ip))| ip);
+    tok::revoke(&app, authorization(&headers), ip, &form).await?;
     Ok(no_store(StatusCode::OK.into_response()))
 }

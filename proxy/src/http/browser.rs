@@ -1,10 +1,12 @@
 //! Browser endpoints: /authorize, the consent form, the GitHub callback, the account page.
 
+use axum::Extension;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
+use super::client_ip::ClientIp;
 use super::error::{PageError, page};
 use super::headers::CSP_CONSENT;
 use crate::app::App;
@@ -40,9 +42,11 @@ fn form(body: &Bytes) -> Result<&str, PageError> {
 pub async fn authorize(
     State(app): State<App>,
     RawQuery(q): RawQuery,
+    ip: Option<Extension<ClientIp>>,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let input = AuthorizeInput {
+        client_ip: ip.map(|Extension(ClientIp(ip))| ip),
         raw_query: q.as_deref().unwrap_or_default(),
         session_cookie: cookies::read(&headers, cookies::SESSION_COOKIE),
         csrf_cookie: cookies::read(&headers, cookies::CSRF_COOKIE),

@@ -62,6 +62,10 @@ pub fn oauth_json(e: &OAuthError) -> Response {
             HeaderValue::from_static("Basic realm=\"mcp-oauth-proxy\""),
         );
     }
+    if e.code == ErrorCode::TemporarilyUnavailable {
+        // A minute: the metadata-document fetch budget refills per minute.
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    }
     resp
 }
 

@@ -281,15 +281,26 @@ pub struct SeenHostRecord {
     pub approvers: Vec<String>,
 }
 
-/// A metadata-document client as last validated, by its URL: when this proxy first saw it
-/// (for the "registered moments ago" warning) and its last valid record (for display only;
-/// authorization always uses a fresh or cached-valid document).
+/// A metadata-document client as last validated, by its URL: when this proxy first saw it,
+/// when what a consent covers last changed (for the "registered moments ago" warning), its
+/// last valid record (for display, and served for a bounded time when the document cannot be
+/// fetched), and whether an operator blocked it. Stored with an expiry until the client gets
+/// its first code.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CimdClientRecord {
     /// First successful fetch.
     pub first_seen: UnixTime,
-    /// The client as last validated.
+    /// The client as last validated; `registered_at` is the last change of its fingerprint.
     pub client: ClientRecord,
+    /// Last fingerprint change (redirect URIs, name, auth method); `first_seen` if absent.
+    #[serde(default)]
+    pub changed_at: Option<UnixTime>,
+    /// Last successful fetch and validation; absent in records from before it was kept.
+    #[serde(default)]
+    pub validated_at: Option<UnixTime>,
+    /// When an operator deleted the client: it is never fetched or served again.
+    #[serde(default)]
+    pub blocked_at: Option<UnixTime>,
 }
 
 /// An agent's permission to use a person's GitHub account, with the scopes it may use.
