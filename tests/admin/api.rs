@@ -1,10 +1,12 @@
 //! The admin API on the admin listener: refused without the admin token (nothing changes),
 //! and each action takes effect — the client's next `/mcp` call or refresh fails.
 
+use crate::clients::doc_server::DocServer;
+use crate::support::admin::admin_toml;
 use crate::support::admin::{ADMIN_TOKEN, Admin, proxy_with_admin};
 use crate::support::client::JsonResp;
 use crate::support::mcp::Mcp;
-use crate::support::{Browser, Client, TestProxy, http};
+use crate::support::{Browser, Client, Options, Pkce, TestProxy, http};
 use mcp_oauth_proxy::clock::UnixTime;
 use mcp_oauth_proxy::store::{Keyspace, Store, StoreError, Versioned};
 use serde_json::{Value, json};
@@ -395,4 +397,182 @@ async fn readyz_is_503_while_the_store_does_not_answer_and_healthz_stays_200() {
     // Liveness is about the process, not its dependencies: no restart loop over a DB outage.
     let r = http().get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
+}
+
+const DOC_REDIRECT: &str = "https://app.example/callback";
+
+/// A proxy with the admin API, a configured client, and development document fetching.
+async fn proxy_with_admin_and_every_kind() -> (TestProxy, Admin) {
+    let proxy = TestProxy::start_with(Options {
+        backend: true,
+        extra_toml: format!(
+            "{}[cimd]\ndangerously_allow_loopback_for_development = true\n\n[[clients]]\nclient_id = \"platform-cli\"\nclient_name = \"Platform CLI\"\nredirect_uris = [\"http://127.0.0.1/callback\"]\n",
+            admin_toml()
+        ),
+        ..Options::default()
+    })
+    .await;
+    let admin = Admin::start(&proxy).await;
+    (proxy, admin)
+}
+
+fn path_of(id: &str) -> String {
+    format!(
+        "/admin/api/clients/{}",
+        url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
+    )
+}
+
+#[tokio::test]
+async fn configured_client_is_listed_but_deleting_it_is_refused_with_409_and_changes_nothing() {
+    let (proxy, admin) = proxy_with_admin_and_every_kind().await;
+    let (client, t) = authorized(&proxy).await;
+    let (status, list) = admin.get("/admin/api/clients").await;
+    assert_eq!(status, 200);
+    let kinds: Vec<(&str, &str)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["client_id"].as_str().unwrap(),
+                c["kind"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(kinds.contains(&("platform-cli", "configured")), "{list}");
+    assert!(
+        kinds.contains(&(client.id.as_str(), "registered")),
+        "{list}"
+    );
+    let (status, shown) = admin.get("/admin/api/clients/platform-cli").await;
+    assert_eq!(status, 200);
+    assert_eq!(shown["client"]["kind"], "configured");
+    // Inferred from its loopback redirect, as registration would.
+    let configured = proxy
+        .app
+        .clients
+        .known(&mcp_oauth_proxy::ids::ClientId::new("platform-cli"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        configured.application_type,
+        mcp_oauth_proxy::oauth::registration::ApplicationType::Native
+    );
+
+    let before = snapshot(&proxy).await;
+    let (status, body) = admin.delete("/admin/api/clients/platform-cli").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"], "conflict");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("remove it from the config"),
+        "{body}"
+    );
+    assert_eq!(
+        snapshot(&proxy).await,
+        before,
+        "a refused delete changed state"
+    );
+    let (status, _) = mcp_of(&proxy, &t).request(ping()).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn deleting_a_malicious_metadata_document_client_revokes_its_tokens_and_blocks_its_url() {
+    let (proxy, admin) = proxy_with_admin_and_every_kind().await;
+    let server = DocServer::start().await;
+    server.serve_json(&server.document("Evil Tool", &[DOC_REDIRECT]), &[]);
+    let client = Client {
+        id: server.client_id(),
+        secret: None,
+        redirect_uri: DOC_REDIRECT.to_owned(),
+    };
+    let t = client.tokens(&proxy, &Browser::new(), "alice").await;
+    let (status, _) = mcp_of(&proxy, &t).request(ping()).await;
+    assert_eq!(status, 200);
+
+    let (status, list) = admin.get("/admin/api/clients").await;
+    assert_eq!(status, 200);
+    let doc = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client_id"] == client.id.as_str())
+        .unwrap_or_else(|| panic!("metadata-document client listed: {list}"))
+        .clone();
+    assert_eq!(doc["kind"], "metadata_document");
+    assert_eq!(doc["blocked"], false);
+    let (status, shown) = admin.get(&path_of(&client.id)).await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["token_families"], 1);
+
+    let (status, gone) = admin.delete(&path_of(&client.id)).await;
+    assert_eq!(status, 200, "{gone}");
+    assert_eq!(gone["consents"], 1);
+    assert_eq!(gone["families"], 1);
+    assert_cut_off(&proxy, &client, &t).await;
+    assert_eq!(proxy.count(Keyspace::Consents).await, 0);
+
+    // Blocked: refused before any fetch, at /authorize and /token, however the cache stood.
+    let hits = server.hits().len();
+    proxy.clock.advance(3_600);
+    let page = Browser::new()
+        .navigate(
+            &client.authorize_url(&proxy, &Pkce::new(), "s", &[]),
+            "none",
+        )
+        .await;
+    assert_eq!(page.status, 400);
+    assert!(page.body.contains("blocked"), "{}", page.body);
+    let r = client.redeem(&proxy, "mcpac_x", &Pkce::new(), &[]).await;
+    assert_eq!((r.status, r.error()), (401, "invalid_client"));
+    assert_eq!(
+        server.hits().len(),
+        hits,
+        "a blocked document is not fetched"
+    );
+    assert_eq!(proxy.count(Keyspace::Transactions).await, 0);
+    let (_, shown) = admin.get(&path_of(&client.id)).await;
+    assert_eq!(shown["client"]["blocked"], true);
+    let (status, _) = admin.delete(&path_of(&client.id)).await;
+    assert_eq!(status, 404, "already deleted");
+    assert!(
+        proxy
+            .audit_events()
+            .await
+            .contains(&"client_deleted".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn a_metadata_document_url_never_seen_can_be_blocked_ahead_of_time() {
+    let (proxy, admin) = proxy_with_admin_and_every_kind().await;
+    let server = DocServer::start().await;
+    server.serve_json(&server.document("Evil Tool", &[DOC_REDIRECT]), &[]);
+    let (status, r) = admin.delete(&path_of(&server.client_id())).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        (r["consents"].as_u64(), r["families"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let client = Client {
+        id: server.client_id(),
+        secret: None,
+        redirect_uri: DOC_REDIRECT.to_owned(),
+    };
+    let page = Browser::new()
+        .navigate(
+            &client.authorize_url(&proxy, &Pkce::new(), "s", &[]),
+            "none",
+        )
+        .await;
+    assert_eq!(page.status, 400);
+    assert!(server.hits().is_empty());
+    // Not a URL that could ever be fetched: nothing to block.
+    let (status, _) = admin.delete(&path_of("https://evil.example/x|y")).await;
+    assert_eq!(status, 404);
 }

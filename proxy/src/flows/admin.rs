@@ -1,4 +1,6 @@
-//! Operator actions behind the admin API: list, show and delete clients; list and revoke a
+//! Operator actions behind the admin API: list, show and delete clients (all three kinds:
+//! configured ones are listed but only the config removes them; deleting a metadata-document
+//! client also blocks its URL for good); list and revoke a
 //! person's consents; revoke a person's GitHub grant and tokens; read, verify and export the
 //! audit trail. Revocation reuses the same functions as the account page, so an admin
 //! revocation is exactly as effective as a person's own.
@@ -13,10 +15,11 @@ use super::FlowError;
 use crate::app::App;
 use crate::audit::{AuditEvent, verify::VerifyReport};
 use crate::bindings::consent_registry;
+use crate::clients::{ClientsError, cimd};
 use crate::crypto;
 use crate::flows::token;
 use crate::ids::{ClientId, FamilyId, UserId};
-use crate::store::records::ClientRecord;
+use crate::store::records::{CimdClientRecord, ClientRecord};
 use crate::store::{Keyspace, StoreError, StoreExt};
 
 /// Most audit events `audit tail` returns at once.
@@ -37,6 +40,9 @@ pub enum AdminError {
     /// The request was malformed.
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    /// The action does not apply to this thing as it is.
+    #[error("conflict: {0}")]
+    Conflict(&'static str),
     /// Our side failed.
     #[error(transparent)]
     Flow(#[from] FlowError),
@@ -74,10 +80,26 @@ pub fn authorize(app: &App, authorization: Option<&str>) -> Result<Operator, Adm
     }
 }
 
+/// Where a client comes from, as the admin API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientSource {
+    /// `[[clients]]`: only the config removes it.
+    Configured,
+    /// `POST /register`.
+    Registered,
+    /// A Client ID Metadata Document URL.
+    MetadataDocument,
+}
+
 /// A client as the admin API shows it (never its secret hash).
 #[derive(Debug, Serialize)]
 pub struct ClientView {
     client_id: ClientId,
+    kind: ClientSource,
+    /// Metadata documents only: deleted by an operator, never fetched again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocked: Option<bool>,
     client_name: Option<String>,
     redirect_uris: Vec<String>,
     auth_method: Value,
@@ -85,10 +107,12 @@ pub struct ClientView {
     registered_at: u64,
 }
 
-impl From<&ClientRecord> for ClientView {
-    fn from(c: &ClientRecord) -> Self {
+impl ClientView {
+    fn of(c: &ClientRecord, kind: ClientSource) -> Self {
         ClientView {
             client_id: c.client_id.clone(),
+            kind,
+            blocked: None,
             client_name: c.client_name.clone(),
             redirect_uris: c.redirect_uris.clone(),
             auth_method: serde_json::to_value(c.auth_method).unwrap_or(Value::Null),
@@ -96,17 +120,67 @@ impl From<&ClientRecord> for ClientView {
             registered_at: c.registered_at.0,
         }
     }
+
+    fn of_document(d: &CimdClientRecord) -> Self {
+        ClientView {
+            blocked: Some(d.blocked_at.is_some()),
+            ..ClientView::of(&d.client, ClientSource::MetadataDocument)
+        }
+    }
 }
 
-/// Every registered client.
+/// Every client: configured, registered, and metadata documents this server has seen.
 pub async fn list_clients(app: &App, _: &Operator) -> Result<Vec<ClientView>, AdminError> {
-    Ok(app
-        .store
-        .scan_json::<ClientRecord>(Keyspace::Clients, "")
-        .await?
+    let mut out: Vec<ClientView> = app
+        .clients
+        .configured()
         .iter()
-        .map(|(_, c)| ClientView::from(c))
-        .collect())
+        .map(|c| ClientView::of(c, ClientSource::Configured))
+        .collect();
+    out.extend(
+        app.store
+            .scan_json::<ClientRecord>(Keyspace::Clients, "")
+            .await?
+            .iter()
+            .map(|(_, c)| ClientView::of(c, ClientSource::Registered)),
+    );
+    out.extend(
+        app.store
+            .scan_json::<CimdClientRecord>(Keyspace::CimdClients, "")
+            .await?
+            .iter()
+            .map(|(_, d)| ClientView::of_document(d)),
+    );
+    Ok(out)
+}
+
+const CONFIGURED: &str =
+    "this client is configured in [[clients]]: remove it from the config and restart";
+
+/// The client as the admin API finds it, of any kind.
+async fn find_client(app: &App, id: &ClientId) -> Result<ClientView, AdminError> {
+    if app.clients.is_configured(id) {
+        let c = app
+            .clients
+            .known(id)
+            .await?
+            .ok_or(AdminError::NotFound("client"))?;
+        return Ok(ClientView::of(&c, ClientSource::Configured));
+    }
+    if cimd::is_url_client_id(id.as_str()) {
+        let d: CimdClientRecord = app
+            .store
+            .get_json(Keyspace::CimdClients, id.as_str())
+            .await?
+            .ok_or(AdminError::NotFound("client"))?;
+        return Ok(ClientView::of_document(&d));
+    }
+    let c: ClientRecord = app
+        .store
+        .get_json(Keyspace::Clients, id.as_str())
+        .await?
+        .ok_or(AdminError::NotFound("client"))?;
+    Ok(ClientView::of(&c, ClientSource::Registered))
 }
 
 /// `user|client|family` keys of the refresh-token families index, as parts.
@@ -141,11 +215,7 @@ fn parse_family_key(k: &str) -> Option<(UserId, ClientId, FamilyId)> {
 
 /// One client, with how many people consented to it and how many token families it holds.
 pub async fn show_client(app: &App, _: &Operator, id: &ClientId) -> Result<Value, AdminError> {
-    let client: ClientRecord = app
-        .store
-        .get_json(Keyspace::Clients, id.as_str())
-        .await?
-        .ok_or(AdminError::NotFound("client"))?;
+    let client = find_client(app, id).await?;
     let consents = consents_of_client(app, id).await?.len();
     let fams = families(app, "")
         .await?
@@ -153,7 +223,7 @@ pub async fn show_client(app: &App, _: &Operator, id: &ClientId) -> Result<Value
         .filter(|(_, c, _)| c == id)
         .count();
     Ok(json!({
-        "client": ClientView::from(&client),
+        "client": client,
         "consents": consents,
         "token_families": fams,
     }))
@@ -181,18 +251,35 @@ pub struct Revoked {
     pub grant_removed: bool,
 }
 
-/// Deletes a client: the registration first (nothing new can start), then every person's
-/// consent for it, then every token family it holds.
+/// Deletes a client: first so that nothing new can start (a registration is removed; a
+/// metadata-document URL is blocked for good, since removing its record would only let the
+/// next request fetch it again), then every person's consent for it, then every token family
+/// it holds. Configured clients are refused: only the config removes them.
 pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Revoked, AdminError> {
-    if app
-        .store
-        .get(Keyspace::Clients, id.as_str())
-        .await?
-        .is_none()
-    {
-        return Err(AdminError::NotFound("client"));
+    if app.clients.is_configured(id) {
+        return Err(AdminError::Conflict(CONFIGURED));
     }
-    app.store.remove(Keyspace::Clients, id.as_str()).await?;
+    if cimd::is_url_client_id(id.as_str()) {
+        match app.clients.block(id).await {
+            Ok(true) => {}
+            // Already blocked (deleted before), or not a URL that could ever be fetched.
+            Ok(false) | Err(ClientsError::Document(_)) => {
+                return Err(AdminError::NotFound("client"));
+            }
+            Err(ClientsError::Store(e)) => return Err(e.into()),
+            Err(ClientsError::Fetch(_)) => return Err(AdminError::NotFound("client")),
+        }
+    } else {
+        if app
+            .store
+            .get(Keyspace::Clients, id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(AdminError::NotFound("client"));
+        }
+        app.store.remove(Keyspace::Clients, id.as_str()).await?;
+    }
     let mut consents = 0;
     let mut users = consents_of_client(app, id).await?;
     users.dedup();

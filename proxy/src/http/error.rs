@@ -351,6 +351,7 @@ impl IntoResponse for crate::flows::admin::AdminError {
                 "invalid_request",
                 (*why).to_owned(),
             ),
+            AdminError::Conflict(why) => (StatusCode::CONFLICT, "conflict", (*why).to_owned()),
             AdminError::Flow(e) => {
                 let id = internal(e);
                 (
