@@ -576,3 +576,28 @@ async fn a_metadata_document_url_never_seen_can_be_blocked_ahead_of_time() {
     let (status, _) = admin.delete(&path_of("https://evil.example/x|y")).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn dns_rebinding_page_cannot_read_metrics_or_reach_the_admin_api() {
+    let (_proxy, admin) = proxy_with_admin().await;
+    let port = admin.base.rsplit(':').next().unwrap().to_owned();
+    for path in ["/metrics", "/readyz", "/admin/api/clients"] {
+        let r = http()
+            .get(admin.url(path))
+            .header("host", format!("rebind.evil.example:{port}"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 421, "{path}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "misdirected_request");
+    }
+    let r = http()
+        .get(admin.url("/metrics"))
+        .header("host", format!("localhost:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "localhost still works");
+}

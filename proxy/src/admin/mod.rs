@@ -42,7 +42,31 @@ pub fn router(app: App) -> Router {
         .route("/admin/api/audit/export", get(audit_export))
         .fallback(|| async { AdminError::NotFound("route") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            loopback_hosts_only,
+        ))
         .with_state(app)
+}
+
+/// On a loopback listener (the default), refuse requests whose `Host` is a name other than
+/// `localhost` before any route runs: DNS rebinding from a page in the operator's browser.
+async fn loopback_hosts_only(
+    State(app): State<App>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if app.config.admin.listen.ip().is_loopback() {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .map(|h| h.to_str().unwrap_or("\u{fffd}"))
+            .or_else(|| req.uri().authority().map(|a| a.as_str()));
+        if !flow::loopback_host_allowed(host) {
+            return AdminError::MisdirectedHost.into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// Serves the admin router until `shutdown` resolves.

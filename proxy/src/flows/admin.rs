@@ -43,6 +43,10 @@ pub enum AdminError {
     /// The action does not apply to this thing as it is.
     #[error("conflict: {0}")]
     Conflict(&'static str),
+    /// A loopback admin listener was addressed by a host name other than `localhost` (a
+    /// web page using DNS rebinding to reach it from the operator's browser).
+    #[error("misdirected host")]
+    MisdirectedHost,
     /// Our side failed.
     #[error(transparent)]
     Flow(#[from] FlowError),
@@ -52,6 +56,33 @@ impl From<StoreError> for AdminError {
     fn from(e: StoreError) -> Self {
         AdminError::Flow(FlowError::Store(e))
     }
+}
+
+/// Whether a request's `Host` may reach a loopback-only admin listener: an IP literal or
+/// `localhost` (any port). Any other name means a page the operator's browser loaded resolved
+/// its own name to loopback (DNS rebinding) and is now reading `/metrics` or probing the API.
+pub fn loopback_host_allowed(host: Option<&str>) -> bool {
+    let Some(host) = host else {
+        // HTTP/1.0 without Host: not a browser.
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`
+        Some(rest) => {
+            return rest
+                .split(']')
+                .next()
+                .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok());
+        }
+        None => host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        }),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 
 /// Proof that the caller presented the admin token. Only [`authorize`] makes one.
@@ -444,6 +475,32 @@ pub async fn readiness(app: &App) -> Readiness {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_ip_literals_and_localhost_reach_a_loopback_admin_listener() {
+        for ok in [
+            "127.0.0.1:9090",
+            "127.0.0.1",
+            "localhost:9090",
+            "LOCALHOST",
+            "[::1]:9090",
+            "[::1]",
+        ] {
+            assert!(loopback_host_allowed(Some(ok)), "{ok}");
+        }
+        assert!(loopback_host_allowed(None));
+        for rebinding in [
+            "evil.example:9090",
+            "evil.example",
+            "127.0.0.1.nip.io:9090",
+            "localhost.evil.example",
+            "[::1.evil]:9090",
+            "\u{fffd}",
+        ] {
+            assert!(!loopback_host_allowed(Some(rebinding)), "{rebinding}");
+        }
+    }
+
     use super::*;
 
     #[test]

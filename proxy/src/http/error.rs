@@ -352,6 +352,11 @@ impl IntoResponse for crate::flows::admin::AdminError {
                 (*why).to_owned(),
             ),
             AdminError::Conflict(why) => (StatusCode::CONFLICT, "conflict", (*why).to_owned()),
+            AdminError::MisdirectedHost => (
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected_request",
+                "the admin listener answers only to an IP address or localhost".to_owned(),
+            ),
             AdminError::Flow(e) => {
                 let id = internal(e);
                 (
