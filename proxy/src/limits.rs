@@ -1,38 +1,95 @@
-//! Rate limits on `/register` and `/token`: GCRA token buckets per client IP (IPv4 per
-//! address; IPv6 per /64, the smallest block one subscriber usually holds, and per /48, one
-//! site's allocation, with [`WIDE_FACTOR`] times the allowance) plus one global bucket per
-//! endpoint. Time comes from the injected clock, so tests move it by hand.
+//! Rate limits on `/register` and `/token`, with `governor`'s GCRA: token buckets per client
+//! IP (IPv4 per address; IPv6 per /64, the smallest block one subscriber usually holds, and
+//! per /48, one site's allocation, with [`WIDE_FACTOR`] times the allowance) plus one global
+//! bucket per endpoint. Time comes from the injected clock, so tests move it by hand.
 //!
-//! A request is let through only if every bucket it touches has room, and only then are they
-//! charged, all under one lock. Checking the global bucket first would let one source spend
-//! everyone's allowance with requests its own bucket refuses; charging the per-IP bucket
-//! before the global one answers would let a flood elsewhere drain a quiet source's bucket
-//! and grow the table with refused requests. So a refused request changes no bucket.
+//! The buckets are checked in order, per-IP (/64), then /48, then global, and governor
+//! charges each bucket as it admits: a request is charged only to buckets its sender belongs
+//! to, so one noisy source spends its own buckets first and cannot take everyone's allowance
+//! with requests its own bucket refuses. Governor cannot check several buckets and charge
+//! them only if all have room, so a request refused by the /48 bucket has been charged to its
+//! /64 (or address) bucket, and one refused by the global bucket to its /64 and /48 buckets.
+//! Those are the sender's own buckets: its own refused requests count against its own rate,
+//! and no other address's or /64's bucket is touched (a /48's is shared by its /64s by
+//! design, and one /64 spends at most its own allowance, a [`WIDE_FACTOR`]th of it).
 //!
-//! Memory stays bounded without scanning: buckets are also kept ordered by when they are
-//! full again, and every check forgets those that are (each is dropped once, so the cost is
-//! amortised). Only admitted requests add buckets, so the global rate bounds the table; if it
-//! still reaches [`MAX_TRACKED`], the bucket closest to full is forgotten to make room (that
-//! address loses the least).
+//! Memory stays bounded: the sweeper calls [`Limits::retain_recent`] every minute, which
+//! forgets every bucket that is full again. Each table holds at most [`MAX_TRACKED`] buckets
+//! (plus one per request in flight). A new address at the cap prunes the table, at most once
+//! per [`PRUNE_EVERY_SECS`] (no scan per request), and is refused like an exhausted global
+//! bucket only if that made no room: while more than [`MAX_TRACKED`] addresses (or /64s, or
+//! /48s) have buckets that are not yet full again. Addresses already tracked are unaffected.
 
-use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::{Mutex, PoisonError};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use ipnet::{IpNet, Ipv6Net};
+use governor::clock::Clock as GovernorClock;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
+use governor::state::{InMemoryState, NotKeyed, StateStore};
+use governor::{NotUntil, Quota, RateLimiter};
 
 use crate::clock::SharedClock;
 use crate::config::{RateLimit, RateLimits};
 
-/// Most client-IP buckets one endpoint keeps at a time.
-const MAX_TRACKED: usize = 100_000;
+/// Most buckets one table (an endpoint's per-IP or /48 buckets) keeps at a time.
+pub const MAX_TRACKED: usize = 100_000;
 
-/// A /48 may send this many times what one /64 (or IPv4 address) may: enough for a site with
-/// a few hosts on separate /64s, while one holder of a /48 (65 536 /64s) cannot take the
-/// global allowance by rotating through them.
+/// A table at the cap is pruned at most this often (it is a scan of the whole table).
+pub const PRUNE_EVERY_SECS: u64 = 1;
+
+/// A /48 may send this many times what one /64 (or IPv4 address) may, in rate and burst:
+/// enough for a site with a few hosts on separate /64s, while one holder of a /48 (65 536
+/// /64s) cannot take the global allowance by rotating through them.
 pub const WIDE_FACTOR: u32 = 4;
 
-const NANOS_PER_SEC: u64 = 1_000_000_000;
+/// The application clock as governor's time source.
+#[derive(Clone)]
+struct InjectedClock(SharedClock);
+
+impl GovernorClock for InjectedClock {
+    type Instant = Nanos;
+    fn now(&self) -> Nanos {
+        Nanos::from(Duration::from_secs(self.0.now().0))
+    }
+}
+
+/// Governor's `DashMap` store, shared so that [`Table`] can ask whether an address is
+/// tracked (governor keeps its store private). Every operation is the `DashMap` store's.
+#[derive(Clone, Default)]
+struct SharedStore(Arc<DashMapStateStore<IpAddr>>);
+
+impl StateStore for SharedStore {
+    type Key = IpAddr;
+    fn measure_and_replace<T, F, E>(&self, key: &IpAddr, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        self.0.measure_and_replace(key, f)
+    }
+}
+
+impl ShrinkableKeyedStateStore<IpAddr> for SharedStore {
+    fn retain_recent(&self, drop_below: Nanos) {
+        ShrinkableKeyedStateStore::retain_recent(&*self.0, drop_below);
+    }
+    fn shrink_to_fit(&self) {
+        ShrinkableKeyedStateStore::shrink_to_fit(&*self.0);
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+type Keyed = RateLimiter<IpAddr, SharedStore, InjectedClock, NoOpMiddleware<Nanos>>;
+type Direct = RateLimiter<NotKeyed, InMemoryState, InjectedClock, NoOpMiddleware<Nanos>>;
 
 /// Which endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +105,7 @@ pub enum Endpoint {
 pub enum Bucket {
     /// This client IP's (or its IPv6 /64's or /48's).
     PerIp,
-    /// Everyone's together.
+    /// Everyone's together (also: too many addresses tracked to add this one).
     Global,
 }
 
@@ -57,184 +114,100 @@ pub enum Bucket {
 pub struct RateLimited {
     /// Whole seconds until a request would be let through (at least 1).
     pub retry_after_secs: u64,
-    /// Which bucket refused (the per-IP one if both did).
+    /// Which bucket refused.
     pub bucket: Bucket,
 }
 
-/// One GCRA quota: a request is one `period`; up to `burst` periods may be owed at once.
-#[derive(Debug, Clone, Copy)]
-struct Quota {
-    period: u64,
-    burst: u64,
+fn quota(per_minute: u32, burst: u32) -> Quota {
+    let per_minute = u64::from(per_minute.max(1));
+    let period = Duration::from_nanos(60_000_000_000 / per_minute).max(Duration::from_nanos(1));
+    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+    Quota::with_period(period)
+        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+        .allow_burst(burst)
 }
 
-impl Quota {
-    fn new(per_minute: u32, burst: u32) -> Quota {
-        Quota {
-            period: (60 * NANOS_PER_SEC / u64::from(per_minute.max(1))).max(1),
-            burst: u64::from(burst.max(1)),
-        }
-    }
-
-    fn times(self, factor: u32) -> Quota {
-        Quota {
-            period: (self.period / u64::from(factor.max(1))).max(1),
-            burst: self.burst.saturating_mul(u64::from(factor.max(1))),
-        }
-    }
-
-    /// The bucket's new "full again at" time if one more request is admitted at `now`, or
-    /// how many nanoseconds to wait.
-    fn admit(self, full_at: u64, now: u64) -> Result<u64, u64> {
-        let next = full_at.max(now).saturating_add(self.period);
-        let limit = now.saturating_add(self.period.saturating_mul(self.burst));
-        if next <= limit {
-            Ok(next)
-        } else {
-            Err(next - limit)
-        }
-    }
-}
-
-/// Client-IP buckets: when each is full again, by key and in that order.
+/// One keyed limiter with its bounded table.
 struct Table {
-    full_at: HashMap<IpNet, u64>,
-    by_time: BTreeSet<(u64, IpNet)>,
+    limiter: Keyed,
+    store: SharedStore,
     cap: usize,
+    /// Clock second of the last prune at the cap.
+    last_prune: AtomicU64,
 }
 
 impl Table {
-    fn new(cap: usize) -> Table {
+    fn new(quota: Quota, clock: &InjectedClock, cap: usize) -> Table {
+        let store = SharedStore::default();
         Table {
-            full_at: HashMap::new(),
-            by_time: BTreeSet::new(),
+            limiter: RateLimiter::new(quota, store.clone(), clock.clone()),
+            store,
             cap,
+            last_prune: AtomicU64::new(0),
         }
     }
 
-    fn get(&self, key: &IpNet) -> Option<u64> {
-        self.full_at.get(key).copied()
-    }
-
-    /// Forgets every bucket that is full again at `now`.
-    fn prune(&mut self, now: u64) {
-        while let Some(&(t, key)) = self.by_time.first() {
-            if t > now {
-                break;
-            }
-            self.by_time.pop_first();
-            self.full_at.remove(&key);
+    /// Whether `key` has a bucket or one may be added: at the cap, prunes first (at most once
+    /// per [`PRUNE_EVERY_SECS`]).
+    fn has_room(&self, key: &IpAddr, now: u64) -> bool {
+        if self.store.0.len() < self.cap || self.store.0.contains_key(key) {
+            return true;
         }
-    }
-
-    fn set(&mut self, key: IpNet, full_at: u64) {
-        match self.full_at.insert(key, full_at) {
-            Some(old) => {
-                self.by_time.remove(&(old, key));
-            }
-            None if self.full_at.len() > self.cap => {
-                // Make room by forgetting the bucket closest to full.
-                if let Some((_, evicted)) = self.by_time.pop_first() {
-                    self.full_at.remove(&evicted);
-                }
-            }
-            None => {}
+        let last = self.last_prune.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= PRUNE_EVERY_SECS
+            && self
+                .last_prune
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.prune();
         }
-        self.by_time.insert((full_at, key));
+        self.store.0.len() < self.cap
     }
 
-    fn len(&self) -> usize {
-        self.full_at.len()
+    /// Forgets every bucket that is full again.
+    fn prune(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
     }
-}
-
-struct State {
-    global_full_at: u64,
-    table: Table,
 }
 
 struct EndpointLimiter {
-    per_ip: Quota,
-    wide: Quota,
-    global: Quota,
-    state: Mutex<State>,
+    /// IPv4 addresses and IPv6 /64s.
+    per_ip: Table,
+    /// IPv6 /48s.
+    wide: Table,
+    global: Direct,
 }
 
 impl EndpointLimiter {
-    fn new(l: &RateLimit) -> EndpointLimiter {
-        let per_ip = Quota::new(l.per_ip_per_minute, l.per_ip_burst);
+    fn new(l: &RateLimit, clock: &InjectedClock, cap: usize) -> EndpointLimiter {
         EndpointLimiter {
-            per_ip,
-            wide: per_ip.times(WIDE_FACTOR),
-            global: Quota::new(l.global_per_minute, l.global_burst),
-            state: Mutex::new(State {
-                global_full_at: 0,
-                table: Table::new(MAX_TRACKED),
-            }),
+            per_ip: Table::new(quota(l.per_ip_per_minute, l.per_ip_burst), clock, cap),
+            wide: Table::new(
+                quota(
+                    l.per_ip_per_minute.saturating_mul(WIDE_FACTOR),
+                    l.per_ip_burst.saturating_mul(WIDE_FACTOR),
+                ),
+                clock,
+                cap,
+            ),
+            global: RateLimiter::direct_with_clock(
+                quota(l.global_per_minute, l.global_burst),
+                clock.clone(),
+            ),
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        // The state is a set of numbers that is valid after any partial update.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn check(&self, ip: Option<IpAddr>, now: u64) -> Result<(), RateLimited> {
-        let mut s = self.state();
-        s.table.prune(now);
-        let mut charges = [None; 2];
-        let mut wait_ip = 0;
-        for (slot, (key, quota)) in charges
-            .iter_mut()
-            .zip(ip.map(|ip| self.keys(ip)).into_iter().flatten().flatten())
-        {
-            match quota.admit(s.table.get(&key).unwrap_or(now), now) {
-                Ok(next) => *slot = Some((key, next)),
-                Err(w) => wait_ip = wait_ip.max(w),
-            }
-        }
-        let global = self.global.admit(s.global_full_at, now);
-        let (bucket, wait) = match global {
-            Ok(next) if wait_ip == 0 => {
-                s.global_full_at = next;
-                for (key, next) in charges.into_iter().flatten() {
-                    s.table.set(key, next);
-                }
-                return Ok(());
-            }
-            Ok(_) => (Bucket::PerIp, wait_ip),
-            Err(w) if wait_ip > 0 => (Bucket::PerIp, wait_ip.max(w)),
-            Err(w) => (Bucket::Global, w),
-        };
-        Err(RateLimited {
-            retry_after_secs: wait.div_ceil(NANOS_PER_SEC).max(1),
-            bucket,
-        })
-    }
-
-    fn check_global(&self, now: u64) -> Result<(), RateLimited> {
-        self.check(None, now)
-    }
-
-    /// The buckets an address is counted in, with their quotas.
-    fn keys(&self, ip: IpAddr) -> [Option<(IpNet, Quota)>; 2] {
-        match ip.to_canonical() {
-            v4 @ IpAddr::V4(_) => [Some((IpNet::from(v4), self.per_ip)), None],
-            IpAddr::V6(v6) => {
-                let net = |len| Ipv6Net::new(v6, len).ok().map(|n| IpNet::V6(n.trunc()));
-                [
-                    net(64).map(|n| (n, self.per_ip)),
-                    net(48).map(|n| (n, self.wide)),
-                ]
-            }
-        }
+    fn tables(&self) -> [&Table; 2] {
+        [&self.per_ip, &self.wide]
     }
 }
 
 /// The rate limiters, held in `App`.
 pub struct Limits {
     enabled: bool,
-    clock: SharedClock,
+    clock: InjectedClock,
     register: EndpointLimiter,
     token: EndpointLimiter,
 }
@@ -243,27 +216,33 @@ pub struct Limits {
 /// key).
 pub fn bucket_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & !((1u128 << 64) - 1);
-            IpAddr::V6(bits.into())
-        }
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
         v4 => v4,
+    }
+}
+
+/// The /48 bucket key for an IPv6 address; IPv4 (and IPv4-mapped) addresses have none.
+fn wide_key(ip: IpAddr) -> Option<IpAddr> {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => Some(IpAddr::V6((u128::from(v6) & !((1u128 << 80) - 1)).into())),
+        IpAddr::V4(_) => None,
     }
 }
 
 impl Limits {
     /// Builds the limiters from configuration.
     pub fn new(cfg: &RateLimits, clock: SharedClock) -> Limits {
-        Limits {
-            enabled: cfg.enabled,
-            register: EndpointLimiter::new(&cfg.register),
-            token: EndpointLimiter::new(&cfg.token),
-            clock,
-        }
+        Limits::with_cap(cfg, clock, MAX_TRACKED)
     }
 
-    fn now(&self) -> u64 {
-        self.clock.now().0.saturating_mul(NANOS_PER_SEC)
+    fn with_cap(cfg: &RateLimits, clock: SharedClock, cap: usize) -> Limits {
+        let clock = InjectedClock(clock);
+        Limits {
+            enabled: cfg.enabled,
+            register: EndpointLimiter::new(&cfg.register, &clock, cap),
+            token: EndpointLimiter::new(&cfg.token, &clock, cap),
+            clock,
+        }
     }
 
     fn endpoint(&self, endpoint: Endpoint) -> &EndpointLimiter {
@@ -273,42 +252,74 @@ impl Limits {
         }
     }
 
+    fn refused(&self, n: &NotUntil<Nanos>, bucket: Bucket) -> RateLimited {
+        let wait = n.wait_time_from(self.clock.now());
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        RateLimited {
+            retry_after_secs: secs.max(1),
+            bucket,
+        }
+    }
+
     /// Lets one request from `ip` through to `endpoint`, or says when to retry. Without a
     /// known client IP (a router run without connection info) only the global bucket applies.
     pub fn check(&self, endpoint: Endpoint, ip: Option<IpAddr>) -> Result<(), RateLimited> {
         if !self.enabled {
             return Ok(());
         }
-        self.endpoint(endpoint).check(ip, self.now())
+        let l = self.endpoint(endpoint);
+        if let Some(ip) = ip {
+            let key = bucket_key(ip);
+            let wide = wide_key(ip);
+            let now = self.clock.0.now().0;
+            // Room for every bucket first, so a refusal here charges none.
+            if !l.per_ip.has_room(&key, now) || wide.is_some_and(|w| !l.wide.has_room(&w, now)) {
+                return Err(RateLimited {
+                    retry_after_secs: PRUNE_EVERY_SECS,
+                    bucket: Bucket::Global,
+                });
+            }
+            l.per_ip
+                .limiter
+                .check_key(&key)
+                .map_err(|n| self.refused(&n, Bucket::PerIp))?;
+            if let Some(w) = wide {
+                l.wide
+                    .limiter
+                    .check_key(&w)
+                    .map_err(|n| self.refused(&n, Bucket::PerIp))?;
+            }
+        }
+        l.global
+            .check()
+            .map_err(|n| self.refused(&n, Bucket::Global))
     }
 
     /// Lets through a request the operator vouched for (it carries the initial access token):
     /// only the global bucket applies, and no per-IP bucket is touched or created.
     pub fn check_vouched(&self, endpoint: Endpoint) -> Result<(), RateLimited> {
-        if !self.enabled {
-            return Ok(());
-        }
-        self.endpoint(endpoint).check_global(self.now())
+        self.check(endpoint, None)
     }
 
-    /// Forgets every bucket that is full again (called by the sweeper; checks do it too).
+    /// Forgets every bucket that is full again (called by the sweeper).
     pub fn retain_recent(&self) {
-        let now = self.now();
         for l in [&self.register, &self.token] {
-            let mut s = l.state();
-            s.table.prune(now);
-            s.table.full_at.shrink_to_fit();
+            for t in l.tables() {
+                t.prune();
+            }
         }
     }
 
-    /// Client-IP buckets currently tracked (for tests and metrics).
+    /// Buckets currently tracked, per-IP and /48, both endpoints (for tests and metrics).
     pub fn tracked_ips(&self) -> usize {
         [&self.register, &self.token]
             .iter()
-            .map(|l| l.state().table.len())
+            .flat_map(|l| l.tables())
+            .map(|t| t.store.0.len())
             .sum()
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,7 +398,7 @@ mod tests {
     }
 
     #[test]
-    fn requests_the_global_bucket_refuses_charge_no_per_ip_bucket_and_track_no_address() {
+    fn a_flooding_source_cannot_drain_another_addresses_per_ip_bucket() {
         // Per IP: a burst of 2, then 1 a minute. Everyone: a burst of 3, then 1 a second.
         let (l, clock) = limits(RateLimit {
             global_per_minute: 60,
@@ -396,17 +407,30 @@ mod tests {
         assert!(l.check(Endpoint::Register, ip("192.0.2.1")).is_ok());
         assert!(l.check(Endpoint::Register, ip("192.0.2.2")).is_ok());
         assert!(l.check(Endpoint::Register, ip("192.0.2.2")).is_ok());
+        // The flooder's own bucket refuses it before the global bucket is asked.
         for _ in 0..5 {
-            let e = l.check(Endpoint::Register, ip("192.0.2.1")).unwrap_err();
+            let e = l.check(Endpoint::Register, ip("192.0.2.2")).unwrap_err();
+            assert_eq!(e.bucket, Bucket::PerIp);
+        }
+        // Everyone's bucket is empty: a flood from other addresses is refused by it and
+        // charged to each sender's own bucket, never to 192.0.2.1's.
+        for n in 3..8 {
+            let e = l
+                .check(Endpoint::Register, ip(&format!("192.0.2.{n}")))
+                .unwrap_err();
             assert_eq!(e.bucket, Bucket::Global);
         }
-        let e = l.check(Endpoint::Register, ip("192.0.2.3")).unwrap_err();
-        assert_eq!(e.bucket, Bucket::Global);
-        assert_eq!(l.tracked_ips(), 2, "a refused address is not tracked");
-        clock.advance(2);
-        // 192.0.2.1 still has the second request of its burst: the refusals cost it nothing.
+        clock.advance(1);
+        // 192.0.2.1 still has the second request of its burst.
         assert!(l.check(Endpoint::Register, ip("192.0.2.1")).is_ok());
         let e = l.check(Endpoint::Register, ip("192.0.2.1")).unwrap_err();
+        assert_eq!(e.bucket, Bucket::PerIp);
+        // What governor cannot avoid: a sender's own refused request counted against its own
+        // bucket (192.0.2.3 was refused once, so one request of its burst is left).
+        clock.advance(1);
+        assert!(l.check(Endpoint::Register, ip("192.0.2.3")).is_ok());
+        clock.advance(1);
+        let e = l.check(Endpoint::Register, ip("192.0.2.3")).unwrap_err();
         assert_eq!(e.bucket, Bucket::PerIp);
     }
 
@@ -446,22 +470,45 @@ mod tests {
     }
 
     #[test]
-    fn a_flood_of_distinct_addresses_at_the_cap_forgets_the_bucket_closest_to_full() {
-        let mut t = Table::new(3);
-        let key = |s: &str| IpNet::from(s.parse::<IpAddr>().unwrap());
-        t.set(key("192.0.2.1"), 30);
-        t.set(key("192.0.2.2"), 10);
-        t.set(key("192.0.2.3"), 20);
-        t.set(key("192.0.2.2"), 40); // an update is not a new key
-        assert_eq!(t.len(), 3);
-        t.set(key("192.0.2.4"), 50);
-        assert_eq!(t.len(), 3);
-        assert_eq!(t.get(&key("192.0.2.3")), None, "the one full soonest went");
-        assert_eq!(t.get(&key("192.0.2.4")), Some(50));
-        assert_eq!(t.by_time.len(), 3);
-        t.prune(40);
-        assert_eq!(t.len(), 1);
-        assert_eq!(t.by_time.len(), 1);
+    fn at_the_cap_new_addresses_are_refused_only_until_pruning_makes_room() {
+        let clock = ManualClock::new(UnixTime(1_000_000));
+        let cfg = RateLimits {
+            enabled: true,
+            register: SMALL,
+            token: RateLimit::TOKEN,
+        };
+        let l = Limits::with_cap(&cfg, clock.clone(), 2);
+        assert!(l.check(Endpoint::Register, ip("192.0.2.1")).is_ok());
+        assert!(l.check(Endpoint::Register, ip("192.0.2.2")).is_ok());
+        // Both buckets are still refilling, so pruning makes no room: a new address is
+        // refused without being tracked or charged; tracked ones are unaffected.
+        let e = l.check(Endpoint::Register, ip("192.0.2.3")).unwrap_err();
+        assert_eq!(e.bucket, Bucket::Global);
+        assert_eq!(e.retry_after_secs, PRUNE_EVERY_SECS);
+        assert_eq!(l.tracked_ips(), 2);
+        assert_eq!(
+            l.register.per_ip.last_prune.load(Ordering::Relaxed),
+            1_000_000
+        );
+        assert!(l.check(Endpoint::Register, ip("192.0.2.1")).is_ok());
+        // Once the buckets are full again, the next new address prunes them and gets in.
+        clock.advance(3600);
+        assert!(l.check(Endpoint::Register, ip("192.0.2.3")).is_ok());
+        assert_eq!(l.tracked_ips(), 1);
+        assert_eq!(
+            l.register.per_ip.last_prune.load(Ordering::Relaxed),
+            1_003_600
+        );
+    }
+
+    #[test]
+    fn ipv4_addresses_have_no_slash_48_bucket() {
+        assert_eq!(wide_key("192.0.2.1".parse().unwrap()), None);
+        assert_eq!(wide_key("::ffff:192.0.2.1".parse().unwrap()), None);
+        assert_eq!(
+            wide_key("2001:db8:1:2:3::4".parse().unwrap()),
+            "2001:db8:1::".parse().ok()
+        );
     }
 
     #[test]

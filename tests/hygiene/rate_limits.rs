@@ -225,7 +225,7 @@ async fn the_initial_access_token_exempts_from_the_per_ip_bucket_but_guessers_ar
 }
 
 #[tokio::test]
-async fn refusals_by_the_global_bucket_do_not_drain_a_quiet_address() {
+async fn a_flood_refused_by_the_global_bucket_does_not_drain_a_quiet_addresses_bucket() {
     // Per IP: a burst of 2. Everyone: a burst of 3, then 1 a second.
     let proxy = behind_trusted_proxy(
         "[rate_limits.register]\nper_ip_per_minute = 1\nper_ip_burst = 2\nglobal_per_minute = 60\nglobal_burst = 3\n",
@@ -246,26 +246,29 @@ async fn refusals_by_the_global_bucket_do_not_drain_a_quiet_address() {
             201
         );
     }
-    // Everyone's bucket is empty: the quiet address is refused, but that costs it nothing,
-    // and addresses refused this way are not tracked.
+    // The flooder's own bucket refuses it first: everyone's bucket is not asked.
     for _ in 0..5 {
-        let r = register_as(&proxy, Some("203.0.113.1"), None, &b).await;
-        assert_429(&r, "1");
+        let r = register_as(&proxy, Some("203.0.113.2"), None, &b).await;
+        assert_429(&r, "60");
     }
+    // Everyone's bucket is empty: other addresses are refused by it, each charged to its
+    // own bucket only.
     for i in 10..20 {
         let r = register_as(&proxy, Some(&format!("203.0.113.{i}")), None, &b).await;
-        assert_eq!(r.status, 429);
+        assert_429(&r, "1");
     }
-    assert_eq!(proxy.app.limits.tracked_ips(), 2);
     proxy.clock.advance(1);
+    // The quiet address still has the rest of its burst.
     let r = register_as(&proxy, Some("203.0.113.1"), None, &b).await;
     assert_eq!(r.status, 201, "{:?}", r.json);
     assert_eq!(proxy.count(Keyspace::Clients).await, 4);
     let metrics = proxy.app.metrics.render().unwrap();
-    assert!(
-        metrics.contains(
-            "mcp_proxy_rejections_total{source=\"rate_limit\",reason=\"register_global\"} 15"
-        ),
-        "{metrics}"
-    );
+    for (reason, n) in [("register_per_ip", 5), ("register_global", 10)] {
+        assert!(
+            metrics.contains(&format!(
+                "mcp_proxy_rejections_total{{source=\"rate_limit\",reason=\"{reason}\"}} {n}"
+            )),
+            "{metrics}"
+        );
+    }
 }
