@@ -308,6 +308,7 @@ impl Metrics {
             "callback_rejected" => reject("callback", field("reason")),
             "handle_rejected" => reject("mcp_handle", field("kind")),
             "token_exchange_refused" => reject("token_exchange", field("reason")),
+            "registration_refused" => reject("registration", field("reason")),
             "connect_link_created" => link("created"),
             "connect_link_refused" => link("refused_wrong_person"),
             "connect_link_wrong_account" => link("wrong_account"),
@@ -322,6 +323,25 @@ impl Metrics {
             }
             _ => {}
         }
+    }
+
+    /// A request to `/register` or `/token` was refused by a rate limit (not an audit event:
+    /// a flood would fill the trail).
+    pub fn rate_limited(&self, endpoint: crate::limits::Endpoint, bucket: crate::limits::Bucket) {
+        use crate::limits::{Bucket, Endpoint};
+        let reason = match (endpoint, bucket) {
+            (Endpoint::Register, Bucket::PerIp) => "register_per_ip",
+            (Endpoint::Register, Bucket::Global) => "register_global",
+            (Endpoint::Token, Bucket::PerIp) => "token_per_ip",
+            (Endpoint::Token, Bucket::Global) => "token_global",
+        };
+        self.0
+            .rejections
+            .get_or_create(&RejectionLabels {
+                source: "rate_limit".to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// A webhook delivery succeeded.

@@ -48,6 +48,14 @@ async fn closed_registration_refuses_dcr_with_403_and_stores_nothing() {
     assert_eq!(r.status, 403);
     assert_eq!(proxy.count(Keyspace::Clients).await, 0);
     assert_eq!(proxy.count(Keyspace::ClientDedupe).await, 0);
+    let events = proxy.audit_events().await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| *e == "registration_refused")
+            .count(),
+        2
+    );
     assert!(
         !proxy
             .audit_events()
@@ -129,4 +137,37 @@ async fn open_registration_audits_source_and_client_ip() {
     assert_eq!(ev.event["source"], "dynamic");
     assert_eq!(ev.event["ip"], "198.51.100.23");
     assert_eq!(ev.event["client_id"], r.json["client_id"]);
+}
+
+#[tokio::test]
+async fn guessing_the_initial_access_token_is_audited_with_the_client_ip() {
+    let token = format!(
+        "[registration]\npolicy = \"initial_access_token\"\ninitial_access_token = \"{IAT}\"\n"
+    );
+    let proxy = behind_trusted_proxy(&token).await;
+    let b = body("Agent", "https://app.example/cb");
+    for auth in [Some("Bearer guess-1"), Some("Bearer guess-2"), None] {
+        let r = register_as(&proxy, Some("198.51.100.66"), auth, &b).await;
+        assert_eq!(r.status, 401);
+    }
+    let all = proxy.app.audit.all().await.unwrap();
+    let refused: Vec<_> = all
+        .iter()
+        .filter(|e| e.event["event"] == "registration_refused")
+        .collect();
+    let reasons: Vec<_> = refused.iter().map(|e| e.event["reason"].clone()).collect();
+    assert_eq!(reasons, ["wrong_token", "wrong_token", "missing_token"]);
+    assert!(refused.iter().all(|e| e.event["ip"] == "198.51.100.66"));
+    assert!(
+        !all.iter().any(|e| e.event.to_string().contains("guess-")),
+        "the presented token is never recorded"
+    );
+    assert_eq!(proxy.count(Keyspace::Clients).await, 0);
+    let metrics = proxy.app.metrics.render().unwrap();
+    assert!(
+        metrics.contains(
+            "mcp_proxy_rejections_total{source=\"registration\",reason=\"wrong_token\"} 2"
+        ),
+        "{metrics}"
+    );
 }

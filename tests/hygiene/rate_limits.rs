@@ -185,3 +185,90 @@ async fn preflight_and_other_endpoints_are_not_limited() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+#[tokio::test]
+async fn the_initial_access_token_exempts_from_the_per_ip_bucket_but_guessers_are_held_to_it() {
+    let iat = "iat-0123456789abcdef0123456789abcdef";
+    let proxy = behind_trusted_proxy(&format!(
+        "[registration]\npolicy = \"initial_access_token\"\ninitial_access_token = \"{iat}\"\n[rate_limits.register]\nper_ip_per_minute = 1\nper_ip_burst = 2\nglobal_per_minute = 1\nglobal_burst = 5\n"
+    ))
+    .await;
+    let b = body("Agent", "https://app.example/cb");
+    let vouched = format!("Bearer {iat}");
+    // An operator's provisioning job behind one address registers more than its bucket.
+    for _ in 0..3 {
+        let r = register_as(&proxy, Some("203.0.113.1"), Some(&vouched), &b).await;
+        assert_eq!(r.status, 201, "{:?}", r.json);
+    }
+    assert_eq!(
+        proxy.app.limits.tracked_ips(),
+        0,
+        "no per-IP bucket was made"
+    );
+    // Someone guessing the token from one address gets its per-IP burst, then 429.
+    for _ in 0..2 {
+        let r = register_as(&proxy, Some("198.51.100.9"), Some("Bearer guess"), &b).await;
+        assert_eq!(r.status, 401);
+    }
+    let r = register_as(&proxy, Some("198.51.100.9"), Some("Bearer guess"), &b).await;
+    assert_429(&r, "60");
+    // The global bucket still applies to vouched requests (5 spent: 3 + 2).
+    let r = register_as(&proxy, Some("203.0.113.1"), Some(&vouched), &b).await;
+    assert_429(&r, "60");
+    assert!(
+        r.json["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("the server")
+    );
+    assert_eq!(proxy.count(Keyspace::Clients).await, 3);
+}
+
+#[tokio::test]
+async fn a_flood_refused_by_the_global_bucket_does_not_drain_a_quiet_addresses_bucket() {
+    // Per IP: a burst of 2. Everyone: a burst of 3, then 1 a second.
+    let proxy = behind_trusted_proxy(
+        "[rate_limits.register]\nper_ip_per_minute = 1\nper_ip_burst = 2\nglobal_per_minute = 60\nglobal_burst = 3\n",
+    )
+    .await;
+    let b = body("Agent", "https://app.example/cb");
+    assert_eq!(
+        register_as(&proxy, Some("203.0.113.1"), None, &b)
+            .await
+            .status,
+        201
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            register_as(&proxy, Some("203.0.113.2"), None, &b)
+                .await
+                .status,
+            201
+        );
+    }
+    // The flooder's own bucket refuses it first: everyone's bucket is not asked.
+    for _ in 0..5 {
+        let r = register_as(&proxy, Some("203.0.113.2"), None, &b).await;
+        assert_429(&r, "60");
+    }
+    // Everyone's bucket is empty: other addresses are refused by it, each charged to its
+    // own bucket only.
+    for i in 10..20 {
+        let r = register_as(&proxy, Some(&format!("203.0.113.{i}")), None, &b).await;
+        assert_429(&r, "1");
+    }
+    proxy.clock.advance(1);
+    // The quiet address still has the rest of its burst.
+    let r = register_as(&proxy, Some("203.0.113.1"), None, &b).await;
+    assert_eq!(r.status, 201, "{:?}", r.json);
+    assert_eq!(proxy.count(Keyspace::Clients).await, 4);
+    let metrics = proxy.app.metrics.render().unwrap();
+    for (reason, n) in [("register_per_ip", 5), ("register_global", 10)] {
+        assert!(
+            metrics.contains(&format!(
+                "mcp_proxy_rejections_total{{source=\"rate_limit\",reason=\"{reason}\"}} {n}"
+            )),
+            "{metrics}"
+        );
+    }
+}

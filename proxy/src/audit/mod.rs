@@ -41,6 +41,14 @@ pub enum AuditEvent {
         /// The client IP it registered from, if known.
         ip: Option<std::net::IpAddr>,
     },
+    /// The registration policy refused a `POST /register` (registration closed, or the initial
+    /// access token missing or wrong: repeated wrong tokens are someone guessing).
+    RegistrationRefused {
+        /// "closed", "missing_token" or "wrong_token".
+        reason: &'static str,
+        /// The client IP it came from, if known.
+        ip: Option<std::net::IpAddr>,
+    },
     /// An operator deleted a client through the admin API.
     ClientDeleted {
         /// Client.
@@ -310,6 +318,7 @@ pub enum AuditEvent {
 /// Every event kind (the `event` tag), for configuration that names kinds.
 pub const KINDS: &[&str] = &[
     "client_registered",
+    "registration_refused",
     "consent_shown",
     "consent_approved",
     "consent_denied",
@@ -495,6 +504,10 @@ mod tests {
                 login: String::new(),
             },
             AuditEvent::TokenRejected { reason: "expired" },
+            AuditEvent::RegistrationRefused {
+                reason: "wrong_token",
+                ip: None,
+            },
             AuditEvent::AlertRaised {
                 alert: detect::AlertKind::WrongAudienceRate,
                 user_id: None,

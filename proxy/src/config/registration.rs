@@ -93,7 +93,9 @@ pub struct RegistrationPolicy {
     /// A registration that never got an authorization code is removed after this long.
     pub unused_client_ttl_secs: u64,
     /// At most this many unused registrations with identical metadata from one client IP are
-    /// kept; another one evicts the oldest.
+    /// kept beyond the authorization window (see `flows::register`): another one removes the
+    /// oldest unused one past that window, or, if all are younger, is itself kept only for
+    /// the window.
     pub max_identical_per_ip: u32,
 }
 
@@ -155,13 +157,17 @@ pub struct RateLimit {
 }
 
 impl RateLimit {
-    /// `/register`: 5/s sustained per IP with a burst of 100 (a platform's reconnect storm),
-    /// 20/s and 1000 overall (bounds how fast unused registrations can pile up).
+    /// `/register`: 5/s sustained per IP with a burst of 100 (a platform's reconnect storm;
+    /// an IPv6 /48 gets four times that), 100/s and 5000 overall. The global bucket is 20
+    /// addresses' sustained rate and 50 addresses' bursts, so a handful of addresses cannot
+    /// shut registration for everyone, while a flood still adds at most 360 000 unused
+    /// registrations an hour (each reaped after `unused_client_ttl_secs`, or after the
+    /// authorization window beyond the dedupe bound).
     pub const REGISTER: RateLimit = RateLimit {
         per_ip_per_minute: 300,
         per_ip_burst: 100,
-        global_per_minute: 1200,
-        global_burst: 1000,
+        global_per_minute: 6000,
+        global_burst: 5000,
     };
     /// `/token`: 100/s sustained per IP with a burst of 1000 (a platform refreshing for all its
     /// users from one egress IP), 2000/s and 5000 overall.

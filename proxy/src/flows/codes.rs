@@ -79,8 +79,12 @@ pub async fn issue_code(
     client_state: Option<&str>,
 ) -> Result<String, FlowError> {
     let now = app.clock.now();
-    let code = grant::new_code()?;
     let redirect = consent.redirect().clone();
+    // The client completed an authorization: its registration is kept for good. Before the
+    // code exists, so a registration that is gone gets none.
+    super::register::mark_used(app, redirect.client_id()).await?;
+    app.clients.mark_used(redirect.client_id()).await?;
+    let code = grant::new_code()?;
     let code_id = crate::crypto::b64url(&crate::crypto::random_bytes::<12>()?);
     let record = CodeRecord {
         code_id: code_id.clone(),
@@ -101,9 +105,6 @@ pub async fn issue_code(
             Some(now.plus(app.config.tokens.code_ttl_secs)),
         )
         .await?;
-    // The client completed an authorization: its registration is kept for good.
-    super::register::mark_used(app, redirect.client_id()).await?;
-    app.clients.mark_used(redirect.client_id()).await?;
     consent_registry::touch(
         app.store.as_ref(),
         now,

@@ -8,15 +8,26 @@
 //!   ids; deleting a used one strands them with "unknown client").
 //! - Dedupe: clients that re-register on every reconnect send identical metadata from one IP.
 //!   `Keyspace::ClientDedupe` lists, per (client IP, canonical metadata), the registrations
-//!   that are still unused; when another arrives and the list is full, the oldest unused one
-//!   is removed. Used registrations never count and are never evicted.
+//!   that are still unused. But a platform's users all send identical metadata from a few
+//!   egress IPs, so a registration in that list may be someone's sign-up in progress: one
+//!   younger than [`AUTHORIZATION_WINDOW_SECS`] is never removed. When another arrives, unused
+//!   ones older than that are removed, oldest first, until fewer than `max_identical_per_ip`
+//!   remain; if there is then room, the new one gets the usual `unused_client_ttl_secs`,
+//!   otherwise (that many young identical ones exist) it is kept only for the authorization
+//!   window. So at most `max_identical_per_ip` unused identical registrations per IP outlive
+//!   the window, nobody's registration disappears while they sign in, and nothing is
+//!   refused. Returning an existing registration instead was rejected: a confidential
+//!   client's secret cannot be handed out again, and a client id would be shared between
+//!   people. Used registrations never count and are never removed.
+//! - A code is only issued to a registration that still exists ([`mark_used`] fails
+//!   otherwise), so a registration reaped or deleted mid-authorization gets no code.
 
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::FlowError;
+use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::config::RegistrationMode;
@@ -39,6 +50,30 @@ pub enum Refusal {
     MissingToken,
     /// The initial access token sent is not the configured one.
     WrongToken,
+}
+
+impl Refusal {
+    /// The reason as recorded in the audit trail.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Closed => "closed",
+            Refusal::MissingToken => "missing_token",
+            Refusal::WrongToken => "wrong_token",
+        }
+    }
+}
+
+/// How long a new registration is protected from dedupe: the consent transaction and the
+/// GitHub state may each take ten minutes, plus ten for the client to open the browser after
+/// registering.
+pub const AUTHORIZATION_WINDOW_SECS: u64 =
+    crate::flows::authorize::TXN_TTL_SECS + crate::bindings::browser_state::STATE_TTL_SECS + 600;
+
+/// Whether the request carries the configured initial access token (the operator vouched for
+/// the caller, so the per-IP rate limit does not apply).
+pub fn vouched(mode: &RegistrationMode, authorization: Option<&str>) -> bool {
+    matches!(mode, RegistrationMode::InitialAccessToken(_))
+        && check_policy(mode, authorization).is_ok()
 }
 
 /// Applies the registration policy to the request's `Authorization` header.
@@ -102,22 +137,21 @@ fn unused(v: &Versioned) -> bool {
 }
 
 /// Most attempts at updating a contended dedupe index before giving up on it (the
-/// registration itself is already stored; the index is housekeeping).
+/// registration itself is already stored, kept only for the authorization window).
 const INDEX_ATTEMPTS: usize = 5;
 
-/// Adds `new` to the dedupe list at `key`, evicting the oldest unused registrations beyond
-/// `max` (each only if it is still unused at the moment of removal).
+/// Adds `new` to the dedupe list at `key`, first removing unused registrations older than the
+/// authorization window, oldest first, while `max` or more are listed (each only if still
+/// unused at the moment of removal). True if fewer than `max` others remain, i.e. `new` may
+/// be kept for the full unused-client lifetime.
 async fn index_and_evict(
     app: &App,
     key: &str,
     new: &ClientId,
     max: usize,
-) -> Result<(), FlowError> {
-    let expires = Some(
-        app.clock
-            .now()
-            .plus(app.config.registration.unused_client_ttl_secs),
-    );
+) -> Result<bool, FlowError> {
+    let now = app.clock.now();
+    let expires = Some(now.plus(app.config.registration.unused_client_ttl_secs));
     for _ in 0..INDEX_ATTEMPTS {
         let current = app
             .store
@@ -132,11 +166,18 @@ async fn index_and_evict(
             if let Some(v) = app.store.get(Keyspace::Clients, id.as_str()).await?
                 && unused(&v)
             {
-                live.push((id.clone(), v));
+                // A record that does not decode is not protected: removing it loses nothing.
+                let young = crate::store::decode::<ClientRecord>(Keyspace::Clients, &v.value)
+                    .is_ok_and(|r| now.since(r.registered_at) < AUTHORIZATION_WINDOW_SECS);
+                live.push((id.clone(), v, young));
             }
         }
         while live.len() >= max {
-            let (old, v) = live.remove(0);
+            // Oldest first; the young are someone's sign-up in progress and stay.
+            let Some(i) = live.iter().position(|(_, _, young)| !young) else {
+                break;
+            };
+            let (old, v, _) = live.remove(i);
             // Removed only if still exactly as read: an authorization that just used it wins.
             if app
                 .store
@@ -146,7 +187,8 @@ async fn index_and_evict(
                 tracing::info!(client_id = %old, "removed an unused identical registration");
             }
         }
-        let mut clients: Vec<ClientId> = live.into_iter().map(|(id, _)| id).collect();
+        let room = live.len() < max;
+        let mut clients: Vec<ClientId> = live.into_iter().map(|(id, _, _)| id).collect();
         clients.push(new.clone());
         let value = crate::store::encode(&DedupeRecord { clients })?;
         let written = match &current {
@@ -170,22 +212,25 @@ async fn index_and_evict(
             }
         };
         if written {
-            return Ok(());
+            return Ok(room);
         }
     }
     tracing::warn!("registration dedupe index contended; left as is");
-    Ok(())
+    Ok(false)
 }
 
-/// Marks a dynamic registration as used (its first authorization code was issued), so it is
-/// never reaped or evicted. Other kinds of clients are left alone.
+/// Marks a dynamic registration as used (its first authorization code is about to be
+/// issued), so it is never reaped or evicted. Fails with the unknown-client page if the
+/// registration is gone (reaped, evicted or deleted since the authorization began): no code
+/// may be issued to a client that no longer exists. Other kinds of clients are left alone.
 pub async fn mark_used(app: &App, client_id: &ClientId) -> Result<(), FlowError> {
     if !client_id.as_str().starts_with(grant::CLIENT_PREFIX) {
         return Ok(());
     }
     for _ in 0..INDEX_ATTEMPTS {
         let Some(v) = app.store.get(Keyspace::Clients, client_id.as_str()).await? else {
-            return Ok(());
+            tracing::info!(%client_id, "authorization finished for a registration that is gone; no code issued");
+            return Err(FlowError::Page(pages::UNKNOWN_CLIENT));
         };
         if !unused(&v) {
             return Ok(());
@@ -214,7 +259,15 @@ pub async fn register(
     body: &[u8],
 ) -> Result<Value, FlowError> {
     let policy = &app.config.registration;
-    check_policy(&policy.mode, authorization).map_err(FlowError::RegistrationRefused)?;
+    if let Err(refusal) = check_policy(&policy.mode, authorization) {
+        app.audit
+            .record(AuditEvent::RegistrationRefused {
+                reason: refusal.as_str(),
+                ip,
+            })
+            .await?;
+        return Err(FlowError::RegistrationRefused(refusal));
+    }
     let req: RegistrationRequest = serde_json::from_slice(body).map_err(|_| {
         OAuthError::new(
             ErrorCode::InvalidClientMetadata,
@@ -239,25 +292,41 @@ pub async fn register(
         application_type: meta.application_type,
         registered_at: now,
     };
+    // Stored first for the authorization window only; extended below if dedupe has room.
+    let value = crate::store::encode(&record)?;
+    let stored = Versioned {
+        value: value.clone(),
+        expires_at: Some(now.plus(AUTHORIZATION_WINDOW_SECS.min(policy.unused_client_ttl_secs))),
+    };
     if !app
         .store
-        .insert_json(
+        .insert_new(
             Keyspace::Clients,
             client_id.as_str(),
-            &record,
-            Some(now.plus(policy.unused_client_ttl_secs)),
+            value.clone(),
+            stored.expires_at,
         )
         .await?
     {
         return Err(OAuthError::new(ErrorCode::ServerError, "client id collision").into());
     }
-    index_and_evict(
+    let room = index_and_evict(
         app,
         &dedupe_key(ip, &meta),
         &client_id,
         usize::try_from(policy.max_identical_per_ip).unwrap_or(usize::MAX),
     )
     .await?;
+    if room {
+        let kept = Versioned {
+            value,
+            expires_at: Some(now.plus(policy.unused_client_ttl_secs)),
+        };
+        // Unchanged unless a code was issued to it meanwhile, which made it permanent.
+        app.store
+            .compare_and_swap(Keyspace::Clients, client_id.as_str(), &stored, Some(kept))
+            .await?;
+    }
     app.audit
         .record(AuditEvent::ClientRegistered {
             client_id: client_id.clone(),

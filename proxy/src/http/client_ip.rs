@@ -36,29 +36,33 @@ fn parse_node(s: &str) -> Option<IpAddr> {
 }
 
 /// The hops listed in the configured header, left (the original client) to right (the last
-/// proxy). `None` for an entry that is not an address; `Err` if a header is not text.
-fn chain(headers: &HeaderMap, which: ForwardedHeader) -> Result<Vec<Option<IpAddr>>, ()> {
-    let mut hops = Vec::new();
+/// proxy); `None` for an entry that is not an address. Each comma-separated element is read
+/// from the raw bytes on its own: a client can put any byte in the part it writes, and one
+/// non-ASCII byte must not make the whole header unreadable (that would hand the request the
+/// trusted proxy's address and bucket).
+fn chain(headers: &HeaderMap, which: ForwardedHeader) -> Vec<Option<IpAddr>> {
     let name = match which {
         ForwardedHeader::XForwardedFor => "x-forwarded-for",
         ForwardedHeader::Forwarded => "forwarded",
     };
-    for value in headers.get_all(name) {
-        let value = value.to_str().map_err(|_| ())?;
-        for element in value.split(',') {
+    headers
+        .get_all(name)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|b| *b == b','))
+        .map(|raw| {
+            let element = std::str::from_utf8(raw).ok().filter(|e| e.is_ascii())?;
             match which {
-                ForwardedHeader::XForwardedFor => hops.push(parse_node(element)),
-                ForwardedHeader::Forwarded => {
-                    let node = element.split(';').find_map(|pair| {
+                ForwardedHeader::XForwardedFor => parse_node(element),
+                ForwardedHeader::Forwarded => element
+                    .split(';')
+                    .find_map(|pair| {
                         let (k, v) = pair.split_once('=')?;
                         k.trim().eq_ignore_ascii_case("for").then_some(v)
-                    });
-                    hops.push(node.and_then(parse_node));
-                }
+                    })
+                    .and_then(parse_node),
             }
-        }
-    }
-    Ok(hops)
+        })
+        .collect()
 }
 
 /// Decides the client IP of a request that arrived from `peer`.
@@ -67,10 +71,7 @@ pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> I
     if !trusted.contains(current) {
         return current;
     }
-    let Ok(hops) = chain(headers, trusted.header) else {
-        return current;
-    };
-    for hop in hops.into_iter().rev() {
+    for hop in chain(headers, trusted.header).into_iter().rev() {
         match hop {
             Some(ip) => current = ip,
             // Garbage where an address should be: stop at the last hop we can vouch for
@@ -194,6 +195,38 @@ mod tests {
             ),
         ]);
         assert_eq!(resolve(ip(LB), &h, &t), ip("2001:db8:cafe::17"));
+    }
+
+    #[test]
+    fn a_non_ascii_byte_in_the_client_written_part_does_not_hide_the_client_behind_the_proxy() {
+        // The client sent "X-Forwarded-For: \xff"; the load balancer appended its peer.
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"1.1.1.1\xff, \xc3\xa9, 203.0.113.7").unwrap(),
+        );
+        assert_eq!(resolve(ip(LB), &h, &t), ip("203.0.113.7"));
+        // Also across repeated header lines, and in RFC 7239 Forwarded.
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", HeaderValue::from_bytes(b"\xfe").unwrap());
+        h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.8"));
+        assert_eq!(resolve(ip(LB), &h, &t), ip("203.0.113.8"));
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::Forwarded);
+        let mut h = HeaderMap::new();
+        h.append(
+            "forwarded",
+            HeaderValue::from_bytes(b"for=\"\xff\", for=203.0.113.9;proto=https").unwrap(),
+        );
+        assert_eq!(resolve(ip(LB), &h, &t), ip("203.0.113.9"));
+        // Garbage in the element the trusted proxy wrote still stops at that proxy.
+        let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"203.0.113.7, 10.1.1.1\xff").unwrap(),
+        );
+        assert_eq!(resolve(ip(LB), &h, &t), ip(LB));
     }
 
     #[test]

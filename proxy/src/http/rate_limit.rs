@@ -1,32 +1,53 @@
 //! Rate limiting of `POST /register` and `POST /token`, before the handler runs, so a refused
 //! request changes no state. The decision is `limits::Limits`; the response is
-//! `error::rate_limited`.
+//! `error::rate_limited`. Refusals are counted in metrics and logged at debug only: a flood
+//! would otherwise flood the log too.
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use http::header;
 
 use super::client_ip::ClientIp;
 use crate::app::App;
-use crate::limits::Endpoint;
+use crate::flows::register;
+use crate::limits::{Endpoint, RateLimited};
 
-async fn limit(app: &App, endpoint: Endpoint, req: Request, next: Next) -> Response {
+fn refused(app: &App, endpoint: Endpoint, r: &RateLimited) -> Response {
+    app.metrics.rate_limited(endpoint, r.bucket);
+    super::error::rate_limited(r)
+}
+
+/// Middleware for `/register`. A request carrying the configured initial access token is
+/// vouched for by the operator and skips the per-IP bucket (the global one still applies).
+pub async fn register(State(app): State<App>, req: Request, next: Next) -> Response {
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
     let ip = req.extensions().get::<ClientIp>().map(|c| c.0);
-    match app.limits.check(endpoint, ip) {
+    let decision = if register::vouched(&app.config.registration.mode, authorization) {
+        app.limits.check_vouched(Endpoint::Register)
+    } else {
+        app.limits.check(Endpoint::Register, ip)
+    };
+    match decision {
         Ok(()) => next.run(req).await,
-        Err(refused) => {
-            tracing::info!(?endpoint, ?ip, bucket = ?refused.bucket, "rate limited");
-            super::error::rate_limited(&refused)
+        Err(r) => {
+            tracing::debug!(endpoint = "register", ?ip, bucket = ?r.bucket, "rate limited");
+            refused(&app, Endpoint::Register, &r)
         }
     }
 }
 
-/// Middleware for `/register`.
-pub async fn register(State(app): State<App>, req: Request, next: Next) -> Response {
-    limit(&app, Endpoint::Register, req, next).await
-}
-
 /// Middleware for `/token`.
 pub async fn token(State(app): State<App>, req: Request, next: Next) -> Response {
-    limit(&app, Endpoint::Token, req, next).await
+    let ip = req.extensions().get::<ClientIp>().map(|c| c.0);
+    match app.limits.check(Endpoint::Token, ip) {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            tracing::debug!(endpoint = "token", ?ip, bucket = ?r.bucket, "rate limited");
+            refused(&app, Endpoint::Token, &r)
+        }
+    }
 }
