@@ -300,6 +300,15 @@ mod tests {
     }
 
     #[test]
+    fn admin_event_kinds_can_be_selected() {
+        let c = load(
+            "[webhook]\nurl = \"https://hooks.example.com/mcp\"\nsecret = \"0123456789abcdef0123\"\nevents = [\"grant_revoked_by_admin\", \"client_deleted\"]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(c.webhook.and_then(|w| w.events).map(|e| e.len()), Some(2));
+    }
+
+    #[test]
     fn bad_sections_report_every_problem() {
         let errs = load(
             "[log]\nformat = \"xml\"\n[alerts]\nwrong_audience_threshold = 0\n[webhook]\nurl = \"http://hooks.example.com\"\nsecret = \"short\"\nevents = [\"token_stolen\"]\nmax_attempts = 0\n",
