@@ -104,18 +104,25 @@ struct Delivery {
     alert: bool,
 }
 
-/// The sink handle (cheap to clone).
+/// The sink handle (cheap to clone). When the last one is dropped the queues close and the
+/// delivery tasks end.
 #[derive(Clone)]
 pub struct Webhook {
     events: mpsc::Sender<Delivery>,
     alerts: mpsc::Sender<Delivery>,
-    config: Arc<WebhookConfig>,
-    stats: Arc<WebhookStats>,
+    shared: Arc<Shared>,
+}
+
+/// What the handle and the delivery tasks share (not the queue senders, so that the tasks do
+/// not keep their own queues open).
+struct Shared {
+    config: WebhookConfig,
+    stats: WebhookStats,
     metrics: Metrics,
 }
 
 impl Webhook {
-    /// Starts the delivery worker on the current Tokio runtime. `None` without a runtime
+    /// Starts the delivery tasks on the current Tokio runtime. An error without a runtime
     /// (the caller logs that webhooks are off).
     pub fn start(
         config: WebhookConfig,
@@ -138,32 +145,34 @@ impl Webhook {
         let http = builder.build().map_err(|e| e.without_url().to_string())?;
         let (events, events_rx) = mpsc::channel(config.queue_size);
         let (alerts, alerts_rx) = mpsc::channel(config.queue_size);
-        let hook = Webhook {
-            events,
-            alerts,
-            config: Arc::new(config),
-            stats: Arc::new(WebhookStats::default()),
+        let shared = Arc::new(Shared {
+            config,
+            stats: WebhookStats::default(),
             metrics,
-        };
+        });
         let sender = Sender { http, clock };
         runtime.spawn(dispatch(
-            hook.clone(),
+            shared.clone(),
             events_rx,
             sender.clone(),
             EVENT_SLOTS,
         ));
-        runtime.spawn(dispatch(hook.clone(), alerts_rx, sender, ALERT_SLOTS));
-        Ok(hook)
+        runtime.spawn(dispatch(shared.clone(), alerts_rx, sender, ALERT_SLOTS));
+        Ok(Webhook {
+            events,
+            alerts,
+            shared,
+        })
     }
 
     /// What became of events so far.
     pub fn stats(&self) -> WebhookCounts {
-        self.stats.counts()
+        self.shared.stats.counts()
     }
 
     /// Queues a stored event for delivery if its kind is selected. Never waits.
     pub fn offer(&self, rec: &AuditRecord) {
-        if let Some(kinds) = &self.config.events
+        if let Some(kinds) = &self.shared.config.events
             && !kinds.contains(rec.kind.as_str())
         {
             return;
@@ -176,7 +185,8 @@ impl Webhook {
         };
         let alert = rec.kind == ALERT_KIND;
         let Ok(body) = serde_json::to_vec(&payload) else {
-            self.drop_one(&rec.id, alert, "event did not serialize");
+            self.shared
+                .drop_one(&rec.id, alert, "event did not serialize");
             return;
         };
         let d = Delivery {
@@ -187,13 +197,17 @@ impl Webhook {
         let queue = if alert { &self.alerts } else { &self.events };
         match queue.try_send(d) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => self.drop_one(&rec.id, alert, "queue full"),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.shared.drop_one(&rec.id, alert, "queue full")
+            }
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.drop_one(&rec.id, alert, "delivery stopped")
+                self.shared.drop_one(&rec.id, alert, "delivery stopped")
             }
         }
     }
+}
 
+impl Shared {
     fn drop_one(&self, id: &str, alert: bool, why: &str) {
         self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         if alert {
@@ -219,7 +233,12 @@ struct Sender {
 
 /// Takes events off one queue and delivers up to `slots` of them at once. A slot is taken
 /// before an event is, so what waits stays in the bounded queue (and overflow is counted).
-async fn dispatch(hook: Webhook, mut rx: mpsc::Receiver<Delivery>, sender: Sender, slots: usize) {
+async fn dispatch(
+    hook: Arc<Shared>,
+    mut rx: mpsc::Receiver<Delivery>,
+    sender: Sender,
+    slots: usize,
+) {
     let slots = Arc::new(Semaphore::new(slots));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -237,7 +256,7 @@ async fn dispatch(hook: Webhook, mut rx: mpsc::Receiver<Delivery>, sender: Sende
 }
 
 /// Every attempt for one event, with backoff in between; dropped and counted after the last.
-async fn deliver(hook: &Webhook, sender: &Sender, d: Delivery) {
+async fn deliver(hook: &Shared, sender: &Sender, d: Delivery) {
     let secret = &hook.config.secret;
     for attempt in 1..=hook.config.max_attempts {
         let ts = sender.clock.now().0;
