@@ -168,6 +168,16 @@ pub async fn serve_on(
         app.clone(),
         stopped(stop_rx.clone()),
     ));
+    // The admin listener gets the same time as the main one from the signal on (grace plus
+    // close bound): a slow admin request (a large export) must not hold up the final flush.
+    // A task, so the clock starts at the signal, not when the main listener is done.
+    let mut admin_deadline = {
+        let stop = stopped(stop_rx.clone());
+        tokio::spawn(async move {
+            stop.await;
+            tokio::time::sleep(grace + crate::shutdown::CLOSE_BOUND).await;
+        })
+    };
     let serving: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match tls {
         Some(tls) => Box::pin(crate::http::serve_tls(
             tls.listener(listener),
@@ -178,14 +188,23 @@ pub async fn serve_on(
     };
     let result = crate::shutdown::with_grace(serving, stopping_rx, grace, &drain).await;
     if *stop_rx.borrow() {
-        match admin.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "admin listener failed"),
-            Err(e) => tracing::warn!(error = %e, "admin listener task failed"),
-            Ok(Ok(())) => {}
+        let mut admin = admin;
+        tokio::select! {
+            done = &mut admin => match done {
+                Ok(Err(e)) => tracing::warn!(error = %e, "admin listener failed"),
+                Err(e) => tracing::warn!(error = %e, "admin listener task failed"),
+                Ok(Ok(())) => {}
+            },
+            _ = &mut admin_deadline => {
+                tracing::warn!("admin requests still running after the grace period; exiting without them");
+                admin.abort();
+            }
         }
+        admin_deadline.abort();
     } else {
         // The main listener failed on its own: the admin one must not outlive it.
         admin.abort();
+        admin_deadline.abort();
     }
     sweeper.abort();
     #[cfg(unix)]

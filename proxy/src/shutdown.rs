@@ -18,7 +18,7 @@ use crate::tls::Tls;
 
 /// After the grace period, how long ended streams get to flush and connections to close
 /// before the process stops waiting for them.
-const CLOSE_BOUND: Duration = Duration::from_secs(5);
+pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(5);
 
 /// The grace deadline, shared by every response body that streams.
 #[derive(Clone, Debug)]

@@ -2,9 +2,13 @@
 //! with rustls' default suites (AEAD and forward-secret only), ALPN `h2` + `http/1.1`. The
 //! certificate sits behind a swappable resolver, so a reload (SIGHUP) applies to new handshakes
 //! while open connections keep what they negotiated; a failed reload keeps the old one.
-//! Handshakes run off the accept loop with a timeout, so a slow client cannot stall others.
+//! Handshakes run off the accept loop with a timeout, so a slow client cannot stall others;
+//! each source address (IPv6: its /64) may have only a few pending at once, so one host cannot
+//! take all the slots; and at the global cap the listener stops accepting (the kernel backlog
+//! holds new connections) instead of closing them.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -22,10 +26,28 @@ use tokio_rustls::server::TlsStream;
 
 use crate::config::TlsFiles;
 
-/// A handshake must complete within this, or the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; connections beyond this are closed at once.
-const MAX_PENDING_HANDSHAKES: usize = 1024;
+/// How many TLS handshakes may be in progress, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeLimits {
+    /// A handshake must complete within this, or the connection is dropped.
+    pub timeout: Duration,
+    /// Handshakes in progress at once; at this many the listener stops accepting until one
+    /// finishes (new connections wait in the kernel backlog).
+    pub max_pending: usize,
+    /// Handshakes in progress at once from one source (IPv4 address, IPv6 /64); a connection
+    /// beyond this is closed at once.
+    pub max_pending_per_source: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        HandshakeLimits {
+            timeout: Duration::from_secs(5),
+            max_pending: 1024,
+            max_pending_per_source: 32,
+        }
+    }
+}
 
 /// Why a certificate or key could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -181,12 +203,24 @@ impl Tls {
         }
     }
 
-    /// A listener that completes TLS handshakes on `tcp`.
+    /// A listener that completes TLS handshakes on `tcp`, with the default limits.
     pub fn listener(&self, tcp: TcpListener) -> TlsListener {
+        self.listener_with(tcp, HandshakeLimits::default())
+    }
+
+    /// A listener that completes TLS handshakes on `tcp` within `limits`.
+    pub fn listener_with(&self, tcp: TcpListener, limits: HandshakeLimits) -> TlsListener {
         TlsListener {
             tcp,
             acceptor: TlsAcceptor::from(self.config.clone()),
             handshakes: JoinSet::new(),
+            limits: HandshakeLimits {
+                max_pending: limits.max_pending.max(1),
+                max_pending_per_source: limits.max_pending_per_source.max(1),
+                ..limits
+            },
+            sources: HashMap::new(),
+            per_source: HashMap::new(),
         }
     }
 }
@@ -198,21 +232,31 @@ pub struct TlsListener {
     tcp: TcpListener,
     acceptor: TlsAcceptor,
     handshakes: JoinSet<Handshake>,
+    limits: HandshakeLimits,
+    /// The source of each pending handshake task.
+    sources: HashMap<tokio::task::Id, IpAddr>,
+    /// Pending handshakes per source.
+    per_source: HashMap<IpAddr, usize>,
 }
 
 impl TlsListener {
     fn start_handshake(&mut self, tcp: TcpStream, peer: SocketAddr) {
-        if self.handshakes.len() >= MAX_PENDING_HANDSHAKES {
-            tracing::warn!(%peer, "too many TLS handshakes in progress; closing connection");
+        let source = crate::limits::bucket_key(peer.ip());
+        let pending = self.per_source.entry(source).or_insert(0);
+        if *pending >= self.limits.max_pending_per_source {
+            // Debug, not warn: the one doing this would also control the log volume.
+            tracing::debug!(%peer, "too many TLS handshakes in progress from this source; closing connection");
             return;
         }
+        *pending += 1;
         // TCP_NODELAY before the handshake: it is small back-and-forth messages too.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
         let acceptor = self.acceptor.clone();
-        self.handshakes.spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        let timeout = self.limits.timeout;
+        let task = self.handshakes.spawn(async move {
+            match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => Some((stream, peer)),
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -224,6 +268,21 @@ impl TlsListener {
                 }
             }
         });
+        self.sources.insert(task.id(), source);
+    }
+
+    /// A handshake task ended (done, failed, timed out or panicked): its source has one
+    /// pending handshake less.
+    fn finished(&mut self, task: tokio::task::Id) {
+        let Some(source) = self.sources.remove(&task) else {
+            return;
+        };
+        if let Some(n) = self.per_source.get_mut(&source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_source.remove(&source);
+            }
+        }
     }
 }
 
@@ -234,14 +293,23 @@ impl axum::serve::Listener for TlsListener {
     // Cancel-safe: both awaited operations are, and all state lives in `self`.
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
+            // At the cap, leave new connections in the kernel backlog: they are served once a
+            // slot frees (at the latest after the handshake timeout) instead of being closed.
+            let room = self.handshakes.len() < self.limits.max_pending;
             tokio::select! {
-                accepted = self.tcp.accept() => match accepted {
+                accepted = self.tcp.accept(), if room => match accepted {
                     Ok((tcp, peer)) => self.start_handshake(tcp, peer),
                     Err(e) => accept_error(e).await,
                 },
-                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
-                    if let Ok(Some(ready)) = done {
-                        return ready;
+                Some(done) = self.handshakes.join_next_with_id(), if !self.handshakes.is_empty() => {
+                    match done {
+                        Ok((task, ready)) => {
+                            self.finished(task);
+                            if let Some(ready) = ready {
+                                return ready;
+                            }
+                        }
+                        Err(e) => self.finished(e.id()),
                     }
                 }
             }

@@ -68,12 +68,34 @@ impl Run {
     }
 }
 
+/// The variables reqwest's system proxy reads.
+const PROXY_VARS: &[&str] = &[
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
 /// Runs `mcp-oauth-proxy admin --url <admin> <args>` with `token` in `MCP_ADMIN_TOKEN`.
 async fn admin_cli(admin: &Admin, token: Option<&str>, args: &[&str]) -> Run {
+    admin_cli_at(&admin.base, token, args, &[]).await
+}
+
+/// Runs `mcp-oauth-proxy admin --url <url> <args>` with `token` in `MCP_ADMIN_TOKEN`, no proxy
+/// variables but those in `env`.
+async fn admin_cli_at(url: &str, token: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Run {
     let bin = binary();
     let mut cmd = Command::new(bin);
-    cmd.arg("admin").arg("--url").arg(&admin.base).args(args);
+    cmd.arg("admin").arg("--url").arg(url).args(args);
     cmd.env_remove("MCP_ADMIN_TOKEN");
+    for v in PROXY_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied());
     if let Some(t) = token {
         cmd.env("MCP_ADMIN_TOKEN", t);
     }
@@ -210,5 +232,69 @@ async fn cli_refused_requests_exit_2_and_usage_errors_exit_64() {
     )
     .await;
     assert_eq!(usage.code, 64, "{}", usage.stderr);
+    assert_eq!(proxy.count(Keyspace::Clients).await, before);
+}
+
+/// An HTTP proxy configured for other traffic must not see the admin token: the CLI ignores
+/// the proxy variables and talks to the admin listener directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_does_not_send_the_admin_token_through_an_environment_proxy() {
+    use tokio::io::AsyncReadExt;
+    let (proxy, admin) = proxy_with_admin().await;
+    let client = authorized(&proxy, "CLI Direct").await;
+    // The fake proxy records every byte it is sent and never answers.
+    let fake = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fake_url = format!("http://{}", fake.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = fake.accept().await {
+            let record = record.clone();
+            record.lock().unwrap().extend_from_slice(b"<connection>");
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    record.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+    });
+    let env = [
+        ("HTTP_PROXY", fake_url.as_str()),
+        ("http_proxy", fake_url.as_str()),
+        ("HTTPS_PROXY", fake_url.as_str()),
+        ("ALL_PROXY", fake_url.as_str()),
+    ];
+    let r = admin_cli_at(&admin.base, Some(ADMIN_TOKEN), &["clients", "list"], &env).await;
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.json()[0]["client_id"], client.id.as_str());
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.is_empty(),
+        "the proxy saw: {}",
+        String::from_utf8_lossy(&seen)
+    );
+}
+
+/// A non-loopback plain-http `--url` would send the admin token in clear text: refused as a
+/// usage error before anything is sent, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_refuses_plain_http_to_a_non_loopback_admin_url() {
+    let (proxy, _admin) = proxy_with_admin().await;
+    let client = authorized(&proxy, "CLI Clear").await;
+    let before = proxy.count(Keyspace::Clients).await;
+    let r = admin_cli_at(
+        "http://example.com:9090",
+        Some(ADMIN_TOKEN),
+        &["clients", "delete", &client.id],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("loopback"), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
     assert_eq!(proxy.count(Keyspace::Clients).await, before);
 }

@@ -69,3 +69,29 @@ async fn unknown_paths_get_a_readable_404() {
     assert_eq!(r.status(), 404);
     assert!(r.text().await.unwrap().contains("Not found"));
 }
+
+/// Advertising `/register` under a closed policy would send clients into a 403 they cannot
+/// get past; RFC 8414 makes the field optional, so a closed registration is not advertised.
+#[tokio::test]
+async fn closed_registration_is_not_advertised_in_metadata() {
+    let proxy = TestProxy::start_with(crate::support::Options {
+        extra_toml: "[registration]\npolicy = \"closed\"\n".to_owned(),
+        ..crate::support::Options::default()
+    })
+    .await;
+    let m = get(&proxy, "/.well-known/oauth-authorization-server").await;
+    assert!(m.get("registration_endpoint").is_none(), "{m}");
+    assert_eq!(m["token_endpoint"], proxy.url("/token"));
+    // The endpoint itself still refuses: nothing was registered by looking.
+    let r = http()
+        .post(proxy.url("/register"))
+        .json(&serde_json::json!({"redirect_uris": ["https://app.example/cb"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(
+        proxy.count(mcp_oauth_proxy::store::Keyspace::Clients).await,
+        0
+    );
+}

@@ -327,3 +327,75 @@ auth = "github_token"
     assert!(log.contains("grace period over"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// A client that starts an admin request and never finishes it (here: a body that never
+/// arrives; in practice a large export read slowly) must not keep the process from flushing
+/// the store and exiting 0: the admin listener gets the grace period plus the close bound,
+/// like the main one, then is abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_admin_request_cannot_hold_shutdown_past_the_grace_period() {
+    use tokio::io::AsyncWriteExt;
+    const TOKEN: &str = "shutdown-admin-token-0123456789abcdef";
+    let grace = Duration::from_secs(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let base = format!("http://127.0.0.1:{port}");
+    let config = dir.path().join("proxy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[server]
+public_url = "{base}"
+listen = "127.0.0.1:{port}"
+shutdown_grace_secs = {grace}
+[github]
+client_id = "gh-client-id"
+client_secret = "gh-client-secret"
+[admin]
+listen = "127.0.0.1:{admin_port}"
+token = "{TOKEN}"
+[store]
+path = {store:?}
+"#,
+            grace = grace.as_secs(),
+            store = dir.path().join("store").display().to_string(),
+        ),
+    )
+    .unwrap();
+    let mut proxy = Process::start(&config);
+    let http = crate::support::http();
+    proxy
+        .wait_ready(&http, &format!("http://127.0.0.1:{admin_port}/healthz"))
+        .await;
+
+    // Authorized headers, then 10 of the 100 body bytes announced, then nothing.
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", admin_port))
+        .await
+        .unwrap();
+    slow.write_all(
+        format!(
+            "POST /admin/api/grants/revoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"user\": \""
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    sleep(Duration::from_millis(300)).await;
+
+    proxy.signal("TERM");
+    let signalled = Instant::now();
+    // Grace (1 s) + close bound (5 s), with room for a loaded machine.
+    let status = proxy.wait(Duration::from_secs(12)).await;
+    let log = proxy.log_text();
+    assert_eq!(status.code(), Some(0), "exit status; log:\n{log}");
+    assert!(
+        signalled.elapsed() >= grace,
+        "the admin request got the grace period"
+    );
+    assert!(log.contains("store flushed"), "{log}");
+    assert!(
+        log.contains("admin requests still running after the grace period"),
+        "{log}"
+    );
+    drop(slow);
+}

@@ -1,7 +1,8 @@
 //! HTTPS end to end with certificates generated here: discovery and registration over TLS with
 //! HSTS, TLS 1.2/1.3 only (a TLS 1.1 hello and plain HTTP get no HTTP answer), and certificate
 //! reload — in-process through the function SIGHUP calls, and on the real binary with a real
-//! SIGHUP — reaching new connections while connections opened before keep working.
+//! SIGHUP — reaching new connections while connections opened before keep working; and
+//! pending handshakes capped per source, so one host cannot lock others out.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use mcp_oauth_proxy::app::App;
 use mcp_oauth_proxy::clock::{Clock, ManualClock, SystemClock};
 use mcp_oauth_proxy::config::{Config, Keys};
 use mcp_oauth_proxy::store::SledStore;
-use mcp_oauth_proxy::tls::Tls;
+use mcp_oauth_proxy::tls::{HandshakeLimits, Tls};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,6 +60,16 @@ fn roots(trusted: &[&TestCert]) -> rustls::RootCertStore {
 /// An HTTPS client trusting exactly `trusted`, reaching `localhost` at `addr`, that reports
 /// the server's certificate.
 fn client(addr: SocketAddr, trusted: &[&TestCert]) -> reqwest::Client {
+    client_from(addr, trusted, None)
+}
+
+/// [`client`], connecting from `source` (another loopback address is another host to the
+/// server; Linux routes all of 127/8 to loopback).
+fn client_from(
+    addr: SocketAddr,
+    trusted: &[&TestCert],
+    source: Option<std::net::IpAddr>,
+) -> reqwest::Client {
     mcp_oauth_proxy::install_crypto_provider();
     let tls = rustls::ClientConfig::builder()
         .with_root_certificates(roots(trusted))
@@ -67,6 +78,8 @@ fn client(addr: SocketAddr, trusted: &[&TestCert]) -> reqwest::Client {
         .use_preconfigured_tls(tls)
         .tls_info(true)
         .resolve("localhost", addr)
+        .local_address(source)
+        .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap()
@@ -113,6 +126,10 @@ struct HttpsProxy {
 
 impl HttpsProxy {
     async fn start(cert: &TestCert) -> HttpsProxy {
+        HttpsProxy::start_with(cert, HandshakeLimits::default()).await
+    }
+
+    async fn start_with(cert: &TestCert, limits: HandshakeLimits) -> HttpsProxy {
         mcp_oauth_proxy::install_crypto_provider();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -130,7 +147,7 @@ impl HttpsProxy {
         let store = Arc::new(SledStore::temporary(clock.clone()).unwrap());
         let app = App::new(config, Keys::generate().unwrap(), store, clock).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = tls.listener(listener);
+        let listener = tls.listener_with(listener, limits);
         tokio::spawn(async move {
             mcp_oauth_proxy::http::serve_tls(listener, app, async {
                 let _ = rx.await;
@@ -367,6 +384,108 @@ async fn reload_serves_the_new_certificate_to_new_connections_and_keeps_open_one
         .await
         .unwrap();
     assert_eq!(peer_cert(&after), second.der);
+}
+
+/// Opens `n` TCP connections from 127.0.0.1 that never send a ClientHello.
+async fn idle_connections(addr: SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut idle = Vec::with_capacity(n);
+    for _ in 0..n {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    idle
+}
+
+/// How many of `conns` the server has closed (EOF or reset within `wait`).
+async fn closed(conns: Vec<tokio::net::TcpStream>, wait: Duration) -> usize {
+    let reads = conns.into_iter().map(|mut c| async move {
+        let mut buf = [0u8; 64];
+        matches!(
+            tokio::time::timeout(wait, c.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    });
+    futures_util::future::join_all(reads)
+        .await
+        .into_iter()
+        .filter(|c| *c)
+        .count()
+}
+
+/// One host opening many TCP connections to the TLS port and never handshaking held every
+/// handshake slot: the server then closed everyone else's connections. Now one source gets
+/// at most `max_pending_per_source` slots (the rest of its connections are closed), and a
+/// client from another address is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_from_one_host_do_not_lock_out_tls_clients_from_another() {
+    let cert = new_cert();
+    let limits = HandshakeLimits {
+        max_pending: 48,
+        ..HandshakeLimits::default()
+    };
+    let per_source = limits.max_pending_per_source;
+    let proxy = HttpsProxy::start_with(&cert, limits).await;
+    // More idle connections than the global cap, all from 127.0.0.1.
+    let idle = idle_connections(proxy.addr, 100).await;
+    sleep(Duration::from_millis(200)).await;
+
+    let other = client_from(proxy.addr, &[&cert], Some([127, 0, 0, 2].into()));
+    let started = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(3),
+        other
+            .get(proxy.url("/.well-known/oauth-authorization-server"))
+            .send(),
+    )
+    .await
+    .expect("served well before the idle handshakes time out")
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    // The flooding host kept exactly its share of slots; the rest was closed at once.
+    assert_eq!(
+        closed(idle, Duration::from_millis(1000)).await,
+        100 - per_source
+    );
+}
+
+/// At the global cap the listener stops accepting instead of closing new connections: a
+/// client arriving then waits in the backlog and is served as soon as a slot frees (here when
+/// the idle handshakes time out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_handshake_cap_new_connections_wait_instead_of_being_closed() {
+    let cert = new_cert();
+    let proxy = HttpsProxy::start_with(
+        &cert,
+        HandshakeLimits {
+            timeout: Duration::from_secs(1),
+            max_pending: 4,
+            ..HandshakeLimits::default()
+        },
+    )
+    .await;
+    let idle = idle_connections(proxy.addr, 4).await;
+    sleep(Duration::from_millis(100)).await;
+
+    let other = client_from(proxy.addr, &[&cert], Some([127, 0, 0, 2].into()));
+    let started = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        other
+            .get(proxy.url("/.well-known/oauth-authorization-server"))
+            .send(),
+    )
+    .await
+    .expect("served once the idle handshakes timed out")
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "it waited for a slot: {:?}",
+        started.elapsed()
+    );
+    // The idle ones were dropped by the handshake timeout.
+    assert_eq!(closed(idle, Duration::from_millis(500)).await, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -319,6 +319,8 @@ pub enum AuditEvent {
 pub const KINDS: &[&str] = &[
     "client_registered",
     "registration_refused",
+    "client_deleted",
+    "grant_revoked_by_admin",
     "consent_shown",
     "consent_approved",
     "consent_denied",
@@ -492,38 +494,223 @@ impl Audit {
 mod tests {
     use super::*;
 
-    #[test]
-    fn kinds_lists_the_serialized_names() {
-        let samples = [
-            AuditEvent::GitHubGrantBroken {
-                user_id: UserId::new("github:1"),
-                reason: String::new(),
+    /// Position of `e`'s variant. No wildcard arm: a new variant does not compile until it is
+    /// listed here, and then the test below fails until it has a sample too.
+    fn ordinal(e: &AuditEvent) -> usize {
+        use AuditEvent as E;
+        match e {
+            E::ClientRegistered { .. } => 0,
+            E::ClientDeleted { .. } => 1,
+            E::GrantRevokedByAdmin { .. } => 2,
+            E::ConsentShown { .. } => 3,
+            E::ConsentApproved { .. } => 4,
+            E::ConsentDenied { .. } => 5,
+            E::ConsentRecorded { .. } => 6,
+            E::CallbackRejected { .. } => 7,
+            E::SignedIn { .. } => 8,
+            E::CodeIssued { .. } => 9,
+            E::CodeReuse { .. } => 10,
+            E::TokenIssued { .. } => 11,
+            E::TokenRefreshed { .. } => 12,
+            E::RefreshReuse { .. } => 13,
+            E::TokenRevoked { .. } => 14,
+            E::TokenRejected { .. } => 15,
+            E::HandleRejected { .. } => 16,
+            E::UpstreamAction { .. } => 17,
+            E::GitHubGrantStored { .. } => 18,
+            E::GitHubGrantBroken { .. } => 19,
+            E::GitHubGrantDisconnected { .. } => 20,
+            E::AllowanceWithdrawn { .. } => 21,
+            E::ConnectLinkCreated { .. } => 22,
+            E::ConnectLinkRefused { .. } => 23,
+            E::ConnectLinkWrongAccount { .. } => 24,
+            E::ConnectLinkCompleted { .. } => 25,
+            E::ConnectLinkDeclined { .. } => 26,
+            E::TokenExchanged { .. } => 27,
+            E::TokenExchangeRefused { .. } => 28,
+            E::ClientAccessRevoked { .. } => 29,
+            E::AlertRaised { .. } => 30,
+            E::RegistrationRefused { .. } => 31,
+        }
+    }
+    const VARIANTS: usize = 32;
+
+    /// One value of every variant.
+    fn samples() -> Vec<AuditEvent> {
+        let u = || UserId::new("github:1");
+        let c = || ClientId::new("c");
+        let f = || FamilyId::new("f");
+        let s = String::new;
+        vec![
+            AuditEvent::ClientRegistered {
+                client_id: c(),
+                client_name: None,
+                redirect_uris: vec![],
+                source: "dynamic",
+                ip: None,
             },
-            AuditEvent::GitHubGrantStored {
-                user_id: UserId::new("github:1"),
-                login: String::new(),
-            },
-            AuditEvent::TokenRejected { reason: "expired" },
             AuditEvent::RegistrationRefused {
                 reason: "wrong_token",
                 ip: None,
+            },
+            AuditEvent::ClientDeleted {
+                client_id: c(),
+                consents: 0,
+                families: 0,
+            },
+            AuditEvent::GrantRevokedByAdmin {
+                user_id: u(),
+                families: 0,
+            },
+            AuditEvent::ConsentShown {
+                client_id: c(),
+                redirect_host: s(),
+                warnings: vec![],
+            },
+            AuditEvent::ConsentApproved {
+                client_id: c(),
+                scopes: s(),
+                user_id: None,
+                redirect_uri: s(),
+                warnings: vec![],
+            },
+            AuditEvent::ConsentDenied {
+                client_id: c(),
+                user_id: None,
+                redirect_uri: s(),
+                warnings: vec![],
+            },
+            AuditEvent::ConsentRecorded {
+                user_id: u(),
+                client_id: c(),
+                redirect_uri: s(),
+                scopes: s(),
+            },
+            AuditEvent::CallbackRejected { reason: s() },
+            AuditEvent::SignedIn {
+                user_id: u(),
+                login: s(),
+            },
+            AuditEvent::CodeIssued {
+                user_id: u(),
+                client_id: c(),
+                consent_remembered: false,
+                code_id: s(),
+                family_id: f(),
+                redirect_uri: s(),
+            },
+            AuditEvent::CodeReuse { family_id: f() },
+            AuditEvent::TokenIssued {
+                user_id: u(),
+                client_id: c(),
+                family_id: f(),
+                code_id: s(),
+            },
+            AuditEvent::TokenRefreshed {
+                user_id: u(),
+                client_id: c(),
+                family_id: f(),
+                grace: false,
+            },
+            AuditEvent::RefreshReuse {
+                user_id: u(),
+                client_id: c(),
+                family_id: f(),
+            },
+            AuditEvent::TokenRevoked {
+                client_id: c(),
+                kind: "access_token",
+            },
+            AuditEvent::TokenRejected { reason: "expired" },
+            AuditEvent::HandleRejected {
+                user_id: u(),
+                client_id: c(),
+                kind: "session",
+            },
+            AuditEvent::UpstreamAction {
+                user_id: u(),
+                client_id: c(),
+                tool: s(),
+                outcome: s(),
+            },
+            AuditEvent::GitHubGrantStored {
+                user_id: u(),
+                login: s(),
+            },
+            AuditEvent::GitHubGrantBroken {
+                user_id: u(),
+                reason: s(),
+            },
+            AuditEvent::GitHubGrantDisconnected { user_id: u() },
+            AuditEvent::AllowanceWithdrawn {
+                user_id: u(),
+                client_id: c(),
+            },
+            AuditEvent::ConnectLinkCreated {
+                link_id: s(),
+                user_id: u(),
+                client_id: c(),
+                kind: s(),
+            },
+            AuditEvent::ConnectLinkRefused {
+                link_id: s(),
+                owner: u(),
+                opener: u(),
+            },
+            AuditEvent::ConnectLinkWrongAccount {
+                link_id: s(),
+                owner: u(),
+                returned: u(),
+            },
+            AuditEvent::ConnectLinkCompleted {
+                link_id: s(),
+                user_id: u(),
+                client_id: c(),
+            },
+            AuditEvent::ConnectLinkDeclined {
+                link_id: s(),
+                user_id: u(),
+            },
+            AuditEvent::TokenExchanged {
+                user_id: u(),
+                client_id: c(),
+            },
+            AuditEvent::TokenExchangeRefused { reason: s() },
+            AuditEvent::ClientAccessRevoked {
+                user_id: u(),
+                client_id: c(),
+                families: 0,
             },
             AuditEvent::AlertRaised {
                 alert: detect::AlertKind::WrongAudienceRate,
                 user_id: None,
                 client_id: None,
-                detail: String::new(),
+                detail: s(),
             },
-            AuditEvent::ClientAccessRevoked {
-                user_id: UserId::new("github:1"),
-                client_id: ClientId::new("c"),
-                families: 0,
-            },
-        ];
-        for e in samples {
-            let v = serde_json::to_value(&e).unwrap_or_default();
-            let kind = v["event"].as_str().unwrap_or_default();
-            assert!(KINDS.contains(&kind), "{kind} missing from KINDS");
+        ]
+    }
+
+    #[test]
+    fn kinds_lists_the_serialized_name_of_every_variant() {
+        let samples = samples();
+        let mut seen: Vec<usize> = samples.iter().map(ordinal).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            (0..VARIANTS).collect::<Vec<_>>(),
+            "one sample of each variant"
+        );
+        let mut names = Vec::new();
+        for e in &samples {
+            let v = serde_json::to_value(e).unwrap_or_default();
+            let kind = v["event"].as_str().unwrap_or_default().to_owned();
+            assert!(KINDS.contains(&kind.as_str()), "{kind} missing from KINDS");
+            names.push(kind);
         }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), VARIANTS, "distinct kinds");
+        assert_eq!(KINDS.len(), VARIANTS, "KINDS lists nothing else");
     }
 }

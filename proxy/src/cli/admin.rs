@@ -185,12 +185,30 @@ fn endpoint(base: &Url, segments: &[String]) -> Result<Url, String> {
     Ok(url)
 }
 
+/// `--url`, checked: the admin token must not cross a network in clear text, so plain http
+/// is only for a loopback host.
+fn admin_url(raw: &str) -> Result<Url, &'static str> {
+    match Url::parse(raw) {
+        Ok(u) if u.scheme() == "https" => Ok(u),
+        Ok(u)
+            if u.scheme() == "http"
+                && crate::config::is_loopback_host(u.host_str().unwrap_or_default()) =>
+        {
+            Ok(u)
+        }
+        Ok(u) if u.scheme() == "http" => Err(
+            "--url: plain http only to a loopback address (the admin token would travel in clear text); use https",
+        ),
+        _ => Err("--url must be an http(s) URL, e.g. http://127.0.0.1:9090"),
+    }
+}
+
 /// Runs `admin`: parses nothing more, calls the API, prints, returns the exit code.
 pub fn main(args: AdminArgs) -> ExitCode {
-    let base = match Url::parse(&args.url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => u,
-        _ => {
-            eprintln!("error: --url must be an http(s) URL, e.g. http://127.0.0.1:9090");
+    let base = match admin_url(&args.url) {
+        Ok(u) => u,
+        Err(msg) => {
+            eprintln!("error: {msg}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -226,7 +244,10 @@ pub fn main(args: AdminArgs) -> ExitCode {
 
 async fn send(base: &Url, token: &AdminToken, call: Call) -> Result<String, String> {
     crate::install_crypto_provider();
+    // No proxy from the environment: the request carries the admin token, and a proxy set
+    // for other traffic (HTTP_PROXY) would see it.
     let http = reqwest::Client::builder()
+        .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(60))
         .build()
@@ -303,6 +324,26 @@ mod tests {
             u.as_str(),
             "http://127.0.0.1:9090/admin/api/clients/..%2Fx%3Fy"
         );
+    }
+
+    #[test]
+    fn plain_http_is_only_for_loopback() {
+        for ok in [
+            "http://127.0.0.1:9090",
+            "http://localhost:9090",
+            "http://[::1]:9090",
+            "https://admin.example.com",
+        ] {
+            assert!(admin_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://example.com:9090",
+            "http://10.0.0.5:9090",
+            "ftp://127.0.0.1",
+            "nope",
+        ] {
+            assert!(admin_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

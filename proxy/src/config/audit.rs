@@ -58,6 +58,7 @@ pub(super) struct RawWebhook {
     max_backoff_ms: u64,
     #[serde(default = "default_timeout_secs")]
     timeout_secs: u64,
+    proxy: Option<String>,
 }
 
 fn all_events() -> Vec<String> {
@@ -137,6 +138,9 @@ pub struct WebhookConfig {
     pub max_backoff_ms: u64,
     /// Per-attempt timeout.
     pub timeout_secs: u64,
+    /// HTTP(S) proxy for deliveries; `None`: connect directly (proxy environment variables
+    /// are ignored).
+    pub proxy: Option<Url>,
 }
 
 /// The three sections, validated.
@@ -250,6 +254,24 @@ fn validate_webhook(
     if !(1..=120).contains(&w.timeout_secs) {
         errs.push("webhook.timeout_secs: between 1 and 120".to_owned());
     }
+    let proxy = match w.proxy.as_deref().map(Url::parse) {
+        None => None,
+        Some(Ok(u))
+            if matches!(u.scheme(), "http" | "https")
+                && u.username().is_empty()
+                && u.password().is_none() =>
+        {
+            Some(u)
+        }
+        // Not echoed: a proxy URL may carry credentials.
+        Some(_) => {
+            errs.push(
+                "webhook.proxy: an http(s) URL without credentials, e.g. \"http://proxy.internal:3128\""
+                    .to_owned(),
+            );
+            None
+        }
+    };
     Some(WebhookConfig {
         url: url?,
         secret: Arc::new(WebhookSecret::new(secret?)),
@@ -259,6 +281,7 @@ fn validate_webhook(
         backoff_ms: w.backoff_ms,
         max_backoff_ms: w.max_backoff_ms,
         timeout_secs: w.timeout_secs,
+        proxy,
     })
 }
 
@@ -297,6 +320,42 @@ mod tests {
         assert_eq!(w.queue_size, 8);
         assert_eq!(w.events.map(|e| e.len()), Some(2));
         assert!(!format!("{:?}", w.secret).contains("0123456789"));
+        assert!(w.proxy.is_none(), "no proxy unless configured");
+    }
+
+    #[test]
+    fn a_webhook_proxy_is_an_http_url_without_credentials() {
+        let with = |proxy: &str| {
+            load(&format!(
+                "[webhook]\nurl = \"https://hooks.example.com/mcp\"\nsecret = \"0123456789abcdef0123\"\nproxy = \"{proxy}\"\n"
+            ))
+        };
+        let c = with("http://proxy.internal:3128").unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            c.webhook.and_then(|w| w.proxy).map(|u| u.to_string()),
+            Some("http://proxy.internal:3128/".to_owned())
+        );
+        for bad in [
+            "http://user:pw@proxy.internal:3128",
+            "socks5://p:1080",
+            "nope",
+        ] {
+            let errs = with(bad).err().unwrap_or_default();
+            assert!(
+                errs.iter().any(|e| e.contains("webhook.proxy")),
+                "{bad}: {errs:?}"
+            );
+            assert!(!errs.iter().any(|e| e.contains("pw@")), "{errs:?}");
+        }
+    }
+
+    #[test]
+    fn admin_event_kinds_can_be_selected() {
+        let c = load(
+            "[webhook]\nurl = \"https://hooks.example.com/mcp\"\nsecret = \"0123456789abcdef0123\"\nevents = [\"grant_revoked_by_admin\", \"client_deleted\"]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(c.webhook.and_then(|w| w.events).map(|e| e.len()), Some(2));
     }
 
     #[test]

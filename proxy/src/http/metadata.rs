@@ -24,7 +24,6 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
         "issuer": u.issuer(),
         "authorization_endpoint": u.join("/authorize"),
         "token_endpoint": u.join("/token"),
-        "registration_endpoint": u.join("/register"),
         "revocation_endpoint": u.join("/revoke"),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
@@ -35,14 +34,25 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
         "scopes_supported": app.offered_scopes.iter().collect::<Vec<_>>(),
         "authorization_response_iss_parameter_supported": true,
     });
-    if app.clients.cimd_enabled()
-        && let Some(obj) = body.as_object_mut()
-    {
+    if let Some(obj) = body.as_object_mut() {
+        // RFC 8414 §2: OPTIONAL, so a closed registration is not advertised at all (clients
+        // would otherwise try it and fail).
+        if !matches!(
+            app.config.registration.mode,
+            crate::config::RegistrationMode::Closed
+        ) {
+            obj.insert(
+                "registration_endpoint".into(),
+                Value::String(u.join("/register")),
+            );
+        }
         // CIMD -01 §4: servers that accept URL client ids say so here.
-        obj.insert(
-            "client_id_metadata_document_supported".into(),
-            Value::Bool(true),
-        );
+        if app.clients.cimd_enabled() {
+            obj.insert(
+                "client_id_metadata_document_supported".into(),
+                Value::Bool(true),
+            );
+        }
     }
     Json(body)
 }
