@@ -195,6 +195,7 @@ fn default_timeout() -> u64 {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     path: Option<PathBuf>,
+    cache_mb: Option<u64>,
     url: Option<String>,
     url_env: Option<String>,
     schema: Option<String>,
@@ -432,6 +433,12 @@ impl GitHubConfig {
     }
 }
 
+/// Default size of sled's page cache, MiB (sled's own default is 1 GiB, which a store with
+/// a million live tokens fills).
+pub const DEFAULT_SLED_CACHE_MB: u64 = 64;
+/// Accepted `store.cache_mb`.
+const SLED_CACHE_MB_RANGE: std::ops::RangeInclusive<u64> = 4..=65_536;
+
 /// Which store, and where.
 #[derive(Clone)]
 pub enum StoreConfig {
@@ -439,6 +446,9 @@ pub enum StoreConfig {
     Sled {
         /// Directory.
         path: PathBuf,
+        /// Bytes of sled's page cache: bounds the store's share of resident memory however
+        /// many records are live (colder pages are read back from the file system).
+        cache_bytes: u64,
     },
     /// PostgreSQL, shared by several replicas.
     Postgres {
@@ -452,7 +462,11 @@ pub enum StoreConfig {
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreConfig::Sled { path } => f.debug_struct("Sled").field("path", path).finish(),
+            StoreConfig::Sled { path, cache_bytes } => f
+                .debug_struct("Sled")
+                .field("path", path)
+                .field("cache_bytes", cache_bytes)
+                .finish(),
             StoreConfig::Postgres { schema, .. } => f
                 .debug_struct("Postgres")
                 .field("url", &"[redacted]")
@@ -851,8 +865,24 @@ impl Config {
             (None, None) => None,
         };
         let store = match (&raw.store.path, pg_url) {
-            (Some(p), None) => Some(StoreConfig::Sled { path: p.clone() }),
+            (Some(p), None) => {
+                let mb = raw.store.cache_mb.unwrap_or(DEFAULT_SLED_CACHE_MB);
+                if !(SLED_CACHE_MB_RANGE).contains(&mb) {
+                    errs.push(format!(
+                        "store.cache_mb: must be {}..={}",
+                        SLED_CACHE_MB_RANGE.start(),
+                        SLED_CACHE_MB_RANGE.end()
+                    ));
+                }
+                Some(StoreConfig::Sled {
+                    path: p.clone(),
+                    cache_bytes: mb * 1024 * 1024,
+                })
+            }
             (None, Some(url)) => {
+                if raw.store.cache_mb.is_some() {
+                    errs.push("store.cache_mb: only for the sled store (store.path)".to_owned());
+                }
                 if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
                     errs.push("store.url: must start with postgres:// or postgresql://".to_owned());
                 }
