@@ -117,8 +117,11 @@ enabled = false
     );
     let config = Config::from_toml(&toml, &HashMap::<String, String>::new()).expect("config");
     let clock = Arc::new(SystemClock);
-    let store: SharedStore =
-        Arc::new(SledStore::open(dir.path(), clock.clone()).expect("open sled store"));
+    let cache = cache_mb();
+    let store: SharedStore = Arc::new(
+        SledStore::open_with_cache(dir.path(), cache << 20, clock.clone())
+            .expect("open sled store"),
+    );
     let store: SharedStore = match opts.counters {
         Some(c) => Arc::new(CountingStore::new(store, c)),
         None => store,
@@ -149,6 +152,23 @@ enabled = false
 /// each child (`--tmp DIR`), and removes it at the end, also after a child that hung and was
 /// ended without running its destructors.
 static TMP_BASE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// sled's page cache for the proxies of this process, MiB (`--cache-mb N`, as `store.cache_mb`);
+/// the proxy's default when unset.
+static CACHE_MB: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Sets [`CACHE_MB`] (once).
+pub fn set_cache_mb(mb: u64) {
+    let _ = CACHE_MB.set(mb);
+}
+
+/// The page cache the proxies of this process use, MiB.
+pub fn cache_mb() -> u64 {
+    CACHE_MB
+        .get()
+        .copied()
+        .unwrap_or(mcp_oauth_proxy::config::DEFAULT_SLED_CACHE_MB)
+}
 
 /// Sets the base directory for [`tempdir`] (once).
 pub fn set_tmp_base(p: std::path::PathBuf) {

@@ -108,6 +108,14 @@ fn main() {
     {
         harness::set_tmp_base(dir.into());
     }
+    if let Some(mb) = args
+        .iter()
+        .position(|a| a == "--cache-mb")
+        .and_then(|p| args.get(p + 1))
+        .and_then(|s| s.parse().ok())
+    {
+        harness::set_cache_mb(mb);
+    }
     match args
         .iter()
         .position(|a| a == "--child")
@@ -212,6 +220,8 @@ async fn run_child(name: &str, extra: Vec<String>, quick: bool, budget: Duration
         args.push("--tmp".to_owned());
         args.push(base.path().display().to_string());
     }
+    args.push("--cache-mb".to_owned());
+    args.push(harness::cache_mb().to_string());
     args.extend(extra);
     let ticks = timing::cpu_ticks();
     let mut child = std::process::Command::new(exe)
@@ -589,7 +599,8 @@ async fn parent(plan: Plan, args: &[String]) {
     );
     mcp_section(&mut report, "shipped proxy", &mcp_shipped);
     let _ = writeln!(report);
-    for (label, out) in [("", &mcp_shipped)] {
+    {
+        let (label, out) = ("", &mcp_shipped);
         let at = |conns: usize| level(out, "mcp", conns);
         match at(16) {
             Some(v) => {
@@ -749,10 +760,11 @@ async fn parent(plan: Plan, args: &[String]) {
             let mib = |k: &str| f(v, &[k]) / 1024.0;
             let _ = writeln!(
                 report,
-                "   proxy process VmRSS: at start {:.1} MiB; idle (serving, empty store) {:.1} MiB; with {ll} live tokens {:.1} MiB\n   (store on disk {:.1} MiB; {} records written through the Store trait in {:.1} s)\n",
+                "   proxy process VmRSS: at start {:.1} MiB; idle (serving, empty store) {:.1} MiB; with {ll} live tokens {:.1} MiB\n   (sled page cache (store.cache_mb) {} MiB; store on disk {:.1} MiB; {} records written through the Store trait in {:.1} s)\n",
                 mib("rss_start_kib"),
                 mib("rss_idle_kib"),
                 mib("rss_large_kib"),
+                harness::cache_mb(),
                 f(v, &["disk_large_bytes"]) / 1_048_576.0,
                 2 * plan.large,
                 f(v, &["populate_large_secs"]),
@@ -773,7 +785,10 @@ async fn parent(plan: Plan, args: &[String]) {
                 Some(idle_mb < 50.0),
             ));
             rows.push(row(
-                &format!("proxy resident memory, {ll} live tokens"),
+                &format!(
+                    "proxy resident memory, {ll} live tokens, cache_mb {}",
+                    harness::cache_mb()
+                ),
                 format!("{:.0} MB", f(v, &["rss_large_kib"]) * 1024.0 / 1e6),
                 "— (context)",
                 None,
