@@ -435,7 +435,7 @@ impl GitHubConfig {
 
 /// Default size of sled's page cache, MiB (sled's own default is 1 GiB, which a store with
 /// a million live tokens fills).
-pub const DEFAULT_SLED_CACHE_MB: u64 = 64;
+pub const DEFAULT_SLED_CACHE_MB: u64 = 128;
 /// Accepted `store.cache_mb`.
 const SLED_CACHE_MB_RANGE: std::ops::RangeInclusive<u64> = 4..=65_536;
 
