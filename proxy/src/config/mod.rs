@@ -1197,6 +1197,34 @@ code_ttl_secs = 5
     }
 
     #[test]
+    fn sled_cache_defaults_is_bounded_and_is_sled_only() {
+        let c = Config::from_toml(MINIMAL, &HashMap::new()).unwrap();
+        assert!(matches!(
+            c.store,
+            StoreConfig::Sled { cache_bytes, .. } if cache_bytes == DEFAULT_SLED_CACHE_MB << 20
+        ));
+        let set = MINIMAL.replace("path = \"/tmp/x\"", "path = \"/tmp/x\"\ncache_mb = 32");
+        let c = Config::from_toml(&set, &HashMap::new()).unwrap();
+        assert!(
+            matches!(c.store, StoreConfig::Sled { cache_bytes, .. } if cache_bytes == 32 << 20)
+        );
+        for bad in ["0", "3", "65537"] {
+            let text = MINIMAL.replace(
+                "path = \"/tmp/x\"",
+                &format!("path = \"/tmp/x\"\ncache_mb = {bad}"),
+            );
+            let e = Config::from_toml(&text, &HashMap::new()).unwrap_err();
+            assert!(e.to_string().contains("store.cache_mb"), "{e}");
+        }
+        let pg = MINIMAL.replace(
+            "path = \"/tmp/x\"",
+            "url = \"postgres://u@db.example/mcp\"\ncache_mb = 64",
+        );
+        let e = Config::from_toml(&pg, &HashMap::new()).unwrap_err();
+        assert!(e.to_string().contains("only for the sled store"), "{e}");
+    }
+
+    #[test]
     fn postgres_store_needs_shared_keys_and_excludes_sled() {
         let pg = MINIMAL.replace("path = \"/tmp/x\"", "url = \"postgres://u@db.example/mcp\"");
         let e = Config::from_toml(&pg, &HashMap::new()).unwrap_err();
