@@ -1,5 +1,5 @@
 //! A `Store` that counts what passes through it to the proxy's store. Used only by the
-//! calibration proxy (never by a timed one) to show how many reads and durable writes one
+//! calibration proxy (never by a timed one) to show how many reads, writes and flushes one
 //! flow, refresh or `tools/call` costs.
 
 use std::collections::BTreeMap;
@@ -15,9 +15,11 @@ use mcp_oauth_proxy::store::{Keyspace, SharedStore, Store, StoreError, Versioned
 pub struct Counters {
     reads: AtomicU64,
     scans: AtomicU64,
-    /// Writes that were followed by a flush (the `SledStore` flushes after every write that
-    /// changed something), by keyspace.
+    /// Writes that changed something, by keyspace.
     writes: Mutex<BTreeMap<&'static str, u64>>,
+    /// Flushes waited for: each write outside a batched request (it flushes by itself) and
+    /// each explicit flush (a batched request's final one).
+    flushes: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -27,8 +29,10 @@ pub struct Counts {
     pub reads: u64,
     /// Prefix scans.
     pub scans: u64,
-    /// Writes followed by a flush, by keyspace.
+    /// Writes, by keyspace.
     pub writes: BTreeMap<&'static str, u64>,
+    /// Flushes waited for.
+    pub flushes: u64,
 }
 
 impl Counts {
@@ -45,10 +49,11 @@ impl Counts {
             reads: self.reads - before.reads,
             scans: self.scans - before.scans,
             writes,
+            flushes: self.flushes - before.flushes,
         }
     }
 
-    /// All writes followed by a flush.
+    /// All writes.
     pub fn durable_writes(&self) -> u64 {
         self.writes.values().sum()
     }
@@ -61,10 +66,14 @@ impl Counters {
             reads: self.reads.load(Ordering::SeqCst),
             scans: self.scans.load(Ordering::SeqCst),
             writes: self.writes.lock().expect("counters").clone(),
+            flushes: self.flushes.load(Ordering::SeqCst),
         }
     }
     fn write(&self, ks: Keyspace, happened: bool) {
         if happened {
+            if !mcp_oauth_proxy::store::write_is_batched() {
+                self.flushes.fetch_add(1, Ordering::SeqCst);
+            }
             *self
                 .writes
                 .lock()
@@ -149,6 +158,7 @@ impl Store for CountingStore {
         self.inner.sweep_expired().await
     }
     async fn flush(&self) -> Result<(), StoreError> {
+        self.counters.flushes.fetch_add(1, Ordering::SeqCst);
         self.inner.flush().await
     }
 }

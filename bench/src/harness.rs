@@ -14,53 +14,6 @@ use mcp_oauth_proxy::config::{Config, Keys};
 use mcp_oauth_proxy::store::{SharedStore, SledStore};
 
 use crate::counting::{Counters, CountingStore};
-use crate::store_fixed::BlockingFlushSledStore;
-
-/// Which proxy is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Variant {
-    /// DIAGNOSTIC: the bench's copy of the sled store that flushes with a blocking flush on
-    /// tokio's blocking pool (see `store_fixed.rs`) instead of the proxy's `SledStore`.
-    pub blocking_flush: bool,
-    /// DIAGNOSTIC: serve `http::router` with `TCP_NODELAY` on accepted connections instead of
-    /// through `http::serve`.
-    pub nodelay: bool,
-    /// DIAGNOSTIC (with `blocking_flush`): audit records are written without their own flush.
-    pub audit_unflushed: bool,
-}
-
-impl Variant {
-    /// The proxy as shipped.
-    pub const SHIPPED: Variant = Variant {
-        blocking_flush: false,
-        nodelay: false,
-        audit_unflushed: false,
-    };
-
-    /// Parsed from `--blocking-flush` / `--nodelay`.
-    pub fn from_args(args: &[String]) -> Variant {
-        Variant {
-            blocking_flush: args.iter().any(|a| a == "--blocking-flush"),
-            nodelay: args.iter().any(|a| a == "--nodelay"),
-            audit_unflushed: args.iter().any(|a| a == "--audit-unflushed"),
-        }
-    }
-
-    /// The same flags, for a child's command line.
-    pub fn args(self) -> Vec<String> {
-        let mut v = Vec::new();
-        if self.blocking_flush {
-            v.push("--blocking-flush".to_owned());
-        }
-        if self.nodelay {
-            v.push("--nodelay".to_owned());
-        }
-        if self.audit_unflushed {
-            v.push("--audit-unflushed".to_owned());
-        }
-        v
-    }
-}
 
 /// The proxy's GitHub OAuth client at the fake.
 pub const GH_CLIENT_ID: &str = "gh-client-id";
@@ -97,8 +50,6 @@ pub struct Options<'a> {
     pub counters: Option<Arc<Counters>>,
     /// Run the expiry sweeper as `serve` does.
     pub sweeper: bool,
-    /// Shipped or a diagnostic variant.
-    pub variant: Variant,
 }
 
 /// The fake GitHub with `users` people (`user0`, `user1`, …), none of whom has authorized
@@ -166,14 +117,11 @@ enabled = false
     );
     let config = Config::from_toml(&toml, &HashMap::<String, String>::new()).expect("config");
     let clock = Arc::new(SystemClock);
-    let store: SharedStore = if opts.variant.blocking_flush || opts.variant.audit_unflushed {
-        Arc::new(
-            BlockingFlushSledStore::open(dir.path(), clock.clone(), !opts.variant.audit_unflushed)
-                .expect("open store"),
-        )
-    } else {
-        Arc::new(SledStore::open(dir.path(), clock.clone()).expect("open sled store"))
-    };
+    let cache = cache_mb();
+    let store: SharedStore = Arc::new(
+        SledStore::open_with_cache(dir.path(), cache << 20, clock.clone())
+            .expect("open sled store"),
+    );
     let store: SharedStore = match opts.counters {
         Some(c) => Arc::new(CountingStore::new(store, c)),
         None => store,
@@ -187,25 +135,11 @@ enabled = false
     let stop = async {
         let _ = rx.await;
     };
-    if opts.variant.nodelay {
-        use axum::serve::ListenerExt;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let router = mcp_oauth_proxy::http::router(serving);
-        tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await
-                .expect("proxy serve");
-        });
-    } else {
-        tokio::spawn(async move {
-            mcp_oauth_proxy::http::serve(listener, serving, stop)
-                .await
-                .expect("proxy serve");
-        });
-    }
+    tokio::spawn(async move {
+        mcp_oauth_proxy::http::serve(listener, serving, stop)
+            .await
+            .expect("proxy serve");
+    });
     Proxy {
         base,
         app,
@@ -218,6 +152,23 @@ enabled = false
 /// each child (`--tmp DIR`), and removes it at the end, also after a child that hung and was
 /// ended without running its destructors.
 static TMP_BASE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// sled's page cache for the proxies of this process, MiB (`--cache-mb N`, as `store.cache_mb`);
+/// the proxy's default when unset.
+static CACHE_MB: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Sets [`CACHE_MB`] (once).
+pub fn set_cache_mb(mb: u64) {
+    let _ = CACHE_MB.set(mb);
+}
+
+/// The page cache the proxies of this process use, MiB.
+pub fn cache_mb() -> u64 {
+    CACHE_MB
+        .get()
+        .copied()
+        .unwrap_or(mcp_oauth_proxy::config::DEFAULT_SLED_CACHE_MB)
+}
 
 /// Sets the base directory for [`tempdir`] (once).
 pub fn set_tmp_base(p: std::path::PathBuf) {

@@ -11,8 +11,8 @@
 //!
 //! `cargo run --release -p proxy-bench [-- --quick]`. Not part of the test suite. Each
 //! benchmark runs in a child process of this binary (`--child NAME`), so memory figures are
-//! the proxy's own and a proxy that hangs (sled 0.34.7's `flush_async`, see `store_fixed.rs`)
-//! ends only its own benchmark, which is then reported as hung. Progress goes to stderr, the
+//! the proxy's own and a proxy that hangs (as sled 0.34.7's `flush_async` once made it) ends
+//! only its own benchmark, which is then reported as hung. Progress goes to stderr, the
 //! report to stdout.
 
 // A benchmark binary: a broken setup (a refused request, a failed bind) must stop the run
@@ -26,7 +26,6 @@ mod harness;
 mod mcp_bench;
 mod oauth_bench;
 mod sled_baseline;
-mod store_fixed;
 mod timing;
 mod token_check;
 
@@ -39,7 +38,6 @@ use mcp_oauth_proxy::clock::{Clock, SystemClock};
 use serde_json::{Value, json};
 
 use crate::counting::Counters;
-use crate::harness::Variant;
 use crate::timing::now;
 
 /// Sizes of a run.
@@ -94,13 +92,6 @@ impl Plan {
     }
 }
 
-/// The fixed variant used for the diagnostic rows.
-const DIAGNOSTIC: Variant = Variant {
-    blocking_flush: true,
-    nodelay: true,
-    audit_unflushed: false,
-};
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -116,6 +107,14 @@ fn main() {
         .and_then(|p| args.get(p + 1))
     {
         harness::set_tmp_base(dir.into());
+    }
+    if let Some(mb) = args
+        .iter()
+        .position(|a| a == "--cache-mb")
+        .and_then(|p| args.get(p + 1))
+        .and_then(|s| s.parse().ok())
+    {
+        harness::set_cache_mb(mb);
     }
     match args
         .iter()
@@ -137,20 +136,19 @@ fn levels_arg(args: &[String], default: &[usize]) -> Vec<usize> {
 }
 
 async fn child(name: &str, plan: &Plan, args: &[String]) {
-    let variant = Variant::from_args(args);
     match name {
         "calib" => calibrate().await,
         "mcp" => {
             let levels = levels_arg(args, &plan.mcp_levels);
-            mcp_bench::child(variant, &levels, plan.mcp_rounds, plan.mcp_seg).await;
+            mcp_bench::child(&levels, plan.mcp_rounds, plan.mcp_seg).await;
         }
         "flows" => {
             let levels = levels_arg(args, &plan.oauth_levels);
-            oauth_bench::flows_child(variant, &levels, plan.oauth_rounds, plan.oauth_seg).await;
+            oauth_bench::flows_child(&levels, plan.oauth_rounds, plan.oauth_seg).await;
         }
         "refresh" => {
             let levels = levels_arg(args, &plan.oauth_levels);
-            oauth_bench::refresh_child(variant, &levels, plan.oauth_rounds, plan.oauth_seg).await;
+            oauth_bench::refresh_child(&levels, plan.oauth_rounds, plan.oauth_seg).await;
         }
         "tokens" => {
             token_check::child(plan.small, plan.large, plan.check_rounds, plan.check_calls).await;
@@ -170,7 +168,6 @@ async fn calibrate() {
         backend_url: Some(backend_url),
         counters: Some(counters.clone()),
         sweeper: false,
-        variant: Variant::SHIPPED,
     })
     .await;
     let http = harness::http();
@@ -192,7 +189,7 @@ async fn calibrate() {
     // The audit write of a call lands before its last byte is relayed; settle anyway.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let per_call = counters.snapshot().since(&before);
-    let c = |x: counting::Counts| json!({"writes": x.durable_writes(), "by_keyspace": x.writes, "reads": x.reads, "scans": x.scans});
+    let c = |x: counting::Counts| json!({"writes": x.durable_writes(), "flushes": x.flushes, "by_keyspace": x.writes, "reads": x.reads, "scans": x.scans});
     println!(
         "{}",
         json!({"kind": "calib", "flow": c(per_flow), "refresh": c(per_refresh), "call": c(per_call)})
@@ -223,6 +220,8 @@ async fn run_child(name: &str, extra: Vec<String>, quick: bool, budget: Duration
         args.push("--tmp".to_owned());
         args.push(base.path().display().to_string());
     }
+    args.push("--cache-mb".to_owned());
+    args.push(harness::cache_mb().to_string());
     args.extend(extra);
     let ticks = timing::cpu_ticks();
     let mut child = std::process::Command::new(exe)
@@ -396,7 +395,7 @@ fn flows_section(report: &mut String, title: &str, out: &ChildOut, writes: f64) 
     let _ = writeln!(report, "   [{title}; {}]", noise(out));
     let _ = writeln!(
         report,
-        "   browsers | flows/s | flow p50/p99 ms | GitHub legs alone/s | bare sled insert+flush/s (p50 ms) | sled/s ÷ {writes:.0} writes per flow"
+        "   browsers | flows/s | flow p50/p99 ms | GitHub legs alone/s | bare sled insert+flush/s (p50 ms) | sled/s ÷ {writes:.0} flushes per flow"
     );
     for v in out.of("flows") {
         let _ = writeln!(
@@ -435,7 +434,7 @@ fn refresh_section(report: &mut String, title: &str, out: &ChildOut, writes: f64
     let _ = writeln!(report, "   [{title}; {}]", noise(out));
     let _ = writeln!(
         report,
-        "   clients | refreshes/s | p50/p99 ms | bare sled insert+flush/s | sled/s ÷ {writes:.0} writes per refresh"
+        "   clients | refreshes/s | p50/p99 ms | bare sled insert+flush/s | sled/s ÷ {writes:.0} flushes per refresh"
     );
     for v in out.of("refresh") {
         let _ = writeln!(
@@ -527,7 +526,6 @@ async fn parent(plan: Plan, args: &[String]) {
     );
     eprint!("{report}");
     let budget = |secs: u64| Duration::from_secs(secs + 2 * plan.grace.as_secs());
-    let diag = DIAGNOSTIC.args();
     let mut rows: Vec<Row> = Vec::new();
 
     // ---- calibration --------------------------------------------------------------------------
@@ -540,8 +538,8 @@ async fn parent(plan: Plan, args: &[String]) {
         .cloned()
         .unwrap_or(Value::Null);
     let (flow_writes, refresh_writes) = (
-        f(&cal, &["flow", "writes"]),
-        f(&cal, &["refresh", "writes"]),
+        f(&cal, &["flow", "flushes"]),
+        f(&cal, &["refresh", "flushes"]),
     );
     let ks = |v: &Value| -> String {
         let mut pairs: Vec<(String, u64)> = v
@@ -570,9 +568,10 @@ async fn parent(plan: Plan, args: &[String]) {
     ] {
         let _ = writeln!(
             report,
-            "  {name:<21} {:>2} durable writes (each followed by a sled flush: {}), {} reads, {} prefix scans",
+            "  {name:<21} {:>2} durable writes ({}) under {} flushes waited for, {} reads, {} prefix scans",
             cal[key]["writes"],
             ks(&cal[key]["by_keyspace"]),
+            cal[key]["flushes"],
             cal[key]["reads"],
             cal[key]["scans"],
         );
@@ -592,36 +591,6 @@ async fn parent(plan: Plan, args: &[String]) {
         budget(mcp_secs(plan.mcp_levels.len()) + 30),
     )
     .await;
-    eprintln!("1. … diagnostic: TCP_NODELAY only, 1 connection …");
-    let mcp_nodelay = run_child(
-        "mcp",
-        vec![
-            "--nodelay".to_owned(),
-            "--levels".to_owned(),
-            "1".to_owned(),
-        ],
-        plan.quick,
-        budget(mcp_secs(1) + 30),
-    )
-    .await;
-    eprintln!("1. … diagnostic: TCP_NODELAY + blocking flush …");
-    let mcp_diag = run_child(
-        "mcp",
-        diag.clone(),
-        plan.quick,
-        budget(mcp_secs(plan.mcp_levels.len()) + 30),
-    )
-    .await;
-    eprintln!(
-        "1. … diagnostic: TCP_NODELAY + blocking flush + audit events not flushed, 1 and 16 connections …"
-    );
-    let mut unflushed = diag.clone();
-    unflushed.extend([
-        "--audit-unflushed".to_owned(),
-        "--levels".to_owned(),
-        "1,16".to_owned(),
-    ]);
-    let mcp_unflushed = run_child("mcp", unflushed, plan.quick, budget(mcp_secs(2) + 30)).await;
     let _ = writeln!(
         report,
         "1. tools/call, proxied vs direct to the same trivial backend ({} rounds of {} ms per side and level, interleaved A/B)",
@@ -629,27 +598,9 @@ async fn parent(plan: Plan, args: &[String]) {
         plan.mcp_seg.as_millis()
     );
     mcp_section(&mut report, "shipped proxy", &mcp_shipped);
-    mcp_section(
-        &mut report,
-        "diagnostic: TCP_NODELAY on accepted connections, shipped store",
-        &mcp_nodelay,
-    );
-    mcp_section(
-        &mut report,
-        "diagnostic: TCP_NODELAY + store flushing with a blocking flush",
-        &mcp_diag,
-    );
-    mcp_section(
-        &mut report,
-        "diagnostic: as above, and the per-call audit event written without its own flush",
-        &mcp_unflushed,
-    );
     let _ = writeln!(report);
-    for (label, out) in [
-        ("", &mcp_shipped),
-        (" [diagnostic]", &mcp_diag),
-        (" [diagnostic, audit unflushed]", &mcp_unflushed),
-    ] {
+    {
+        let (label, out) = ("", &mcp_shipped);
         let at = |conns: usize| level(out, "mcp", conns);
         match at(16) {
             Some(v) => {
@@ -701,8 +652,6 @@ async fn parent(plan: Plan, args: &[String]) {
     };
     eprintln!("2. full authorization flows per second, shipped proxy …");
     let flows_shipped = run_child("flows", Vec::new(), plan.quick, budget(oauth_secs(3))).await;
-    eprintln!("2. … diagnostic: TCP_NODELAY + blocking flush …");
-    let flows_diag = run_child("flows", diag.clone(), plan.quick, budget(oauth_secs(3))).await;
     let _ = writeln!(
         report,
         "2. full authorization flows/s, durable (sled on disk, SystemClock); register once, then per flow a fresh browser:\n   /authorize → consent approve → fake GitHub (already authorized: silent) → /callback/github → /token\n   ({} rounds of {} ms per level; each round: flows, then the GitHub legs alone, then bare sled, at the same concurrency)",
@@ -710,12 +659,6 @@ async fn parent(plan: Plan, args: &[String]) {
         plan.oauth_seg.as_millis()
     );
     flows_section(&mut report, "shipped proxy", &flows_shipped, flow_writes);
-    flows_section(
-        &mut report,
-        "diagnostic: TCP_NODELAY + blocking flush",
-        &flows_diag,
-        flow_writes,
-    );
     let _ = writeln!(report);
     throughput_row(
         &mut rows,
@@ -726,18 +669,7 @@ async fn parent(plan: Plan, args: &[String]) {
         "browsers",
         1000.0,
     );
-    throughput_row(
-        &mut rows,
-        "full authorization flows/s, durable [diagnostic]",
-        &flows_diag,
-        "flows",
-        "flows",
-        "browsers",
-        1000.0,
-    );
-    if let Some(b) =
-        best(&flows_diag, "flows", "flows").or_else(|| best(&flows_shipped, "flows", "flows"))
-    {
+    if let Some(b) = best(&flows_shipped, "flows", "flows") {
         rows.push(row(
             &format!(
                 "  same rounds, {} conc.: GitHub legs alone / bare sled writes",
@@ -757,8 +689,6 @@ async fn parent(plan: Plan, args: &[String]) {
     // ---- 3. refresh ---------------------------------------------------------------------------
     eprintln!("3. refresh grants per second, shipped proxy …");
     let refresh_shipped = run_child("refresh", Vec::new(), plan.quick, budget(oauth_secs(2))).await;
-    eprintln!("3. … diagnostic: TCP_NODELAY + blocking flush …");
-    let refresh_diag = run_child("refresh", diag.clone(), plan.quick, budget(oauth_secs(2))).await;
     let max_level = plan.oauth_levels.iter().copied().max().unwrap_or(1);
     let _ = writeln!(
         report,
@@ -774,26 +704,11 @@ async fn parent(plan: Plan, args: &[String]) {
         &refresh_shipped,
         refresh_writes,
     );
-    refresh_section(
-        &mut report,
-        "diagnostic: TCP_NODELAY + blocking flush",
-        &refresh_diag,
-        refresh_writes,
-    );
     let _ = writeln!(report);
     throughput_row(
         &mut rows,
         "refresh grants/s, durable",
         &refresh_shipped,
-        "refresh",
-        "refresh",
-        "clients",
-        5000.0,
-    );
-    throughput_row(
-        &mut rows,
-        "refresh grants/s, durable [diagnostic]",
-        &refresh_diag,
         "refresh",
         "refresh",
         "clients",
@@ -845,10 +760,11 @@ async fn parent(plan: Plan, args: &[String]) {
             let mib = |k: &str| f(v, &[k]) / 1024.0;
             let _ = writeln!(
                 report,
-                "   proxy process VmRSS: at start {:.1} MiB; idle (serving, empty store) {:.1} MiB; with {ll} live tokens {:.1} MiB\n   (store on disk {:.1} MiB; {} records written through the Store trait in {:.1} s)\n",
+                "   proxy process VmRSS: at start {:.1} MiB; idle (serving, empty store) {:.1} MiB; with {ll} live tokens {:.1} MiB\n   (sled page cache (store.cache_mb) {} MiB; store on disk {:.1} MiB; {} records written through the Store trait in {:.1} s)\n",
                 mib("rss_start_kib"),
                 mib("rss_idle_kib"),
                 mib("rss_large_kib"),
+                harness::cache_mb(),
                 f(v, &["disk_large_bytes"]) / 1_048_576.0,
                 2 * plan.large,
                 f(v, &["populate_large_secs"]),
@@ -869,7 +785,10 @@ async fn parent(plan: Plan, args: &[String]) {
                 Some(idle_mb < 50.0),
             ));
             rows.push(row(
-                &format!("proxy resident memory, {ll} live tokens"),
+                &format!(
+                    "proxy resident memory, {ll} live tokens, cache_mb {}",
+                    harness::cache_mb()
+                ),
                 format!("{:.0} MB", f(v, &["rss_large_kib"]) * 1024.0 / 1e6),
                 "— (context)",
                 None,
@@ -893,10 +812,7 @@ async fn parent(plan: Plan, args: &[String]) {
     }
 
     // ---- summary ------------------------------------------------------------------------------
-    let _ = writeln!(
-        report,
-        "SUMMARY (rows marked [diagnostic] measure the proxy with the bench's two fixes, not the shipped proxy)"
-    );
+    let _ = writeln!(report, "SUMMARY");
     let w = rows
         .iter()
         .map(|r| r.name.chars().count())

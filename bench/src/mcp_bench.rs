@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::Variant;
 use crate::timing::{Samples, now, ns_since, segment};
 
 /// What one side of the comparison is.
@@ -142,9 +141,9 @@ pub async fn compare(
     }
 }
 
-/// Benchmark 1 in a child process: the trivial backend, a proxy (`variant`) with it as its
+/// Benchmark 1 in a child process: the trivial backend, a proxy with it as its
 /// `[backend]`, an access token from a real flow, then [`compare`].
-pub async fn child(variant: Variant, levels: &[usize], rounds: usize, seg: Duration) {
+pub async fn child(levels: &[usize], rounds: usize, seg: Duration) {
     let backend_url = crate::backend::start().await;
     let github = crate::harness::fake_github(1).await;
     let proxy = crate::harness::start(crate::harness::Options {
@@ -152,7 +151,6 @@ pub async fn child(variant: Variant, levels: &[usize], rounds: usize, seg: Durat
         backend_url: Some(backend_url.clone()),
         counters: None,
         sweeper: true,
-        variant,
     })
     .await;
     let http = crate::harness::http();

@@ -8,7 +8,6 @@ use mcp_examples::FakeGitHub;
 
 use crate::flows::{self, RegisteredClient, Steps, Tokens};
 use crate::harness::Proxy;
-use crate::harness::Variant;
 use crate::sled_baseline::BareSled;
 use crate::timing::{Samples, now, ns_since, or_hang, segment};
 
@@ -287,7 +286,7 @@ pub async fn refresh_per_sec(
     }
 }
 
-async fn setup(variant: Variant, people: usize) -> (FlowCtx, FakeGitHub, Vec<Tokens>) {
+async fn setup(people: usize) -> (FlowCtx, FakeGitHub, Vec<Tokens>) {
     let github = crate::harness::fake_github(people).await;
     let proxy = Arc::new(
         crate::harness::start(crate::harness::Options {
@@ -295,7 +294,6 @@ async fn setup(variant: Variant, people: usize) -> (FlowCtx, FakeGitHub, Vec<Tok
             backend_url: None,
             counters: None,
             sweeper: true,
-            variant,
         })
         .await,
     );
@@ -311,17 +309,17 @@ async fn setup(variant: Variant, people: usize) -> (FlowCtx, FakeGitHub, Vec<Tok
 }
 
 /// Benchmark 2 in a child process.
-pub async fn flows_child(variant: Variant, levels: &[usize], rounds: usize, seg: Duration) {
+pub async fn flows_child(levels: &[usize], rounds: usize, seg: Duration) {
     let people = levels.iter().copied().max().unwrap_or(1);
-    let (ctx, github, _) = setup(variant, people).await;
+    let (ctx, github, _) = setup(people).await;
     let sled = BareSled::open();
     flows_per_sec(&ctx, &github, &sled, levels, rounds, seg).await;
 }
 
 /// Benchmark 3 in a child process: two families per client slot, each of a different person.
-pub async fn refresh_child(variant: Variant, levels: &[usize], rounds: usize, seg: Duration) {
+pub async fn refresh_child(levels: &[usize], rounds: usize, seg: Duration) {
     let people = 2 * levels.iter().copied().max().unwrap_or(1);
-    let (ctx, _github, tokens) = setup(variant, people).await;
+    let (ctx, _github, tokens) = setup(people).await;
     let sled = BareSled::open();
     let families = tokens.into_iter().map(|t| t.refresh).collect();
     refresh_per_sec(

@@ -153,7 +153,6 @@ pub async fn child(small: u64, large: u64, rounds: usize, calls: usize) {
         backend_url: None,
         counters: None,
         sweeper: false,
-        variant: crate::harness::Variant::SHIPPED,
     })
     .await;
     let http = harness::http();
@@ -189,7 +188,6 @@ pub async fn child(small: u64, large: u64, rounds: usize, calls: usize) {
         backend_url: None,
         counters: None,
         sweeper: false,
-        variant: crate::harness::Variant::SHIPPED,
     })
     .await;
     let took_small = populate(&small_proxy.app, small).await;

@@ -48,15 +48,18 @@ pub enum StartError {
 pub async fn prepare(config: Config, clock: SharedClock) -> Result<App, StartError> {
     crate::install_crypto_provider();
     let (keys, store): (Keys, SharedStore) = match &config.store {
-        StoreConfig::Sled { path } => {
+        StoreConfig::Sled { path, cache_bytes } => {
             let keys = match &config.keys {
                 Some(k) => k.clone(),
                 None => Keys::load_or_generate(path).map_err(StartError::Keys)?,
             };
-            let store = SledStore::open(path, clock.clone()).map_err(|e| StartError::Store {
-                path: path.display().to_string(),
-                error: e.to_string(),
-            })?;
+            let store =
+                SledStore::open_with_cache(path, *cache_bytes, clock.clone()).map_err(|e| {
+                    StartError::Store {
+                        path: path.display().to_string(),
+                        error: e.to_string(),
+                    }
+                })?;
             (keys, Arc::new(store))
         }
         StoreConfig::Postgres { .. } => {

@@ -464,9 +464,11 @@ impl Audit {
                 Some(at.plus(RETENTION_SECS)),
             )
             .await?;
-        // After the durable write: what the webhook sends is always in the trail.
+        // Only once the write is durable (inside a batched request, after its final flush):
+        // what the webhook sends is always in the trail.
         if let Some(hook) = &self.webhook {
-            hook.offer(&rec);
+            let hook = hook.clone();
+            crate::store::after_durable(move || hook.offer(&rec));
         }
         Ok(())
     }

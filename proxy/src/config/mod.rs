@@ -195,6 +195,7 @@ fn default_timeout() -> u64 {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     path: Option<PathBuf>,
+    cache_mb: Option<u64>,
     url: Option<String>,
     url_env: Option<String>,
     schema: Option<String>,
@@ -432,6 +433,14 @@ impl GitHubConfig {
     }
 }
 
+/// Default size of sled's page cache, MiB: sled's own default (1 GiB), now stated and
+/// configurable. A smaller cache bounds memory but makes token checks on a store larger than
+/// the cache several times slower (BENCHMARKS.md: 1M tokens, 128 MiB: 245 MB resident, checks
+/// about 10× the 10k-token cost; 1 GiB: about 1.1 GB, 2.4×).
+pub const DEFAULT_SLED_CACHE_MB: u64 = 1024;
+/// Accepted `store.cache_mb`.
+const SLED_CACHE_MB_RANGE: std::ops::RangeInclusive<u64> = 4..=65_536;
+
 /// Which store, and where.
 #[derive(Clone)]
 pub enum StoreConfig {
@@ -439,6 +448,9 @@ pub enum StoreConfig {
     Sled {
         /// Directory.
         path: PathBuf,
+        /// Bytes of sled's page cache: bounds the store's share of resident memory however
+        /// many records are live (colder pages are read back from the file system).
+        cache_bytes: u64,
     },
     /// PostgreSQL, shared by several replicas.
     Postgres {
@@ -452,7 +464,11 @@ pub enum StoreConfig {
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreConfig::Sled { path } => f.debug_struct("Sled").field("path", path).finish(),
+            StoreConfig::Sled { path, cache_bytes } => f
+                .debug_struct("Sled")
+                .field("path", path)
+                .field("cache_bytes", cache_bytes)
+                .finish(),
             StoreConfig::Postgres { schema, .. } => f
                 .debug_struct("Postgres")
                 .field("url", &"[redacted]")
@@ -851,8 +867,24 @@ impl Config {
             (None, None) => None,
         };
         let store = match (&raw.store.path, pg_url) {
-            (Some(p), None) => Some(StoreConfig::Sled { path: p.clone() }),
+            (Some(p), None) => {
+                let mb = raw.store.cache_mb.unwrap_or(DEFAULT_SLED_CACHE_MB);
+                if !(SLED_CACHE_MB_RANGE).contains(&mb) {
+                    errs.push(format!(
+                        "store.cache_mb: must be {}..={}",
+                        SLED_CACHE_MB_RANGE.start(),
+                        SLED_CACHE_MB_RANGE.end()
+                    ));
+                }
+                Some(StoreConfig::Sled {
+                    path: p.clone(),
+                    cache_bytes: mb * 1024 * 1024,
+                })
+            }
             (None, Some(url)) => {
+                if raw.store.cache_mb.is_some() {
+                    errs.push("store.cache_mb: only for the sled store (store.path)".to_owned());
+                }
                 if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
                     errs.push("store.url: must start with postgres:// or postgresql://".to_owned());
                 }
@@ -1164,6 +1196,34 @@ code_ttl_secs = 5
         );
         let e = Config::from_toml(&text, &HashMap::new()).unwrap_err();
         assert!(e.to_string().contains("one key, one purpose"), "{e}");
+    }
+
+    #[test]
+    fn sled_cache_defaults_is_bounded_and_is_sled_only() {
+        let c = Config::from_toml(MINIMAL, &HashMap::new()).unwrap();
+        assert!(matches!(
+            c.store,
+            StoreConfig::Sled { cache_bytes, .. } if cache_bytes == DEFAULT_SLED_CACHE_MB << 20
+        ));
+        let set = MINIMAL.replace("path = \"/tmp/x\"", "path = \"/tmp/x\"\ncache_mb = 32");
+        let c = Config::from_toml(&set, &HashMap::new()).unwrap();
+        assert!(
+            matches!(c.store, StoreConfig::Sled { cache_bytes, .. } if cache_bytes == 32 << 20)
+        );
+        for bad in ["0", "3", "65537"] {
+            let text = MINIMAL.replace(
+                "path = \"/tmp/x\"",
+                &format!("path = \"/tmp/x\"\ncache_mb = {bad}"),
+            );
+            let e = Config::from_toml(&text, &HashMap::new()).unwrap_err();
+            assert!(e.to_string().contains("store.cache_mb"), "{e}");
+        }
+        let pg = MINIMAL.replace(
+            "path = \"/tmp/x\"",
+            "url = \"postgres://u@db.example/mcp\"\ncache_mb = 64",
+        );
+        let e = Config::from_toml(&pg, &HashMap::new()).unwrap_err();
+        assert!(e.to_string().contains("only for the sled store"), "{e}");
     }
 
     #[test]

@@ -74,11 +74,13 @@ pub async fn for_agent(
     client: &ClientId,
     scopes: &ScopeSet,
 ) -> Result<Access, FlowError> {
-    match app.grants.status(user).await? {
-        GrantStatus::Missing => return Ok(Access::Needs(LinkKind::Connect)),
-        GrantStatus::Broken => return Ok(Access::Needs(LinkKind::Reconnect)),
-        GrantStatus::Usable => {}
-    }
+    // One read of the grant serves both the status and the token (a `/mcp` call is hot).
+    let grant = app.grants.get(user).await?;
+    let grant = match (app.grants.status_of(grant.as_ref()), grant) {
+        (GrantStatus::Usable, Some(g)) => g,
+        (GrantStatus::Broken, _) => return Ok(Access::Needs(LinkKind::Reconnect)),
+        _ => return Ok(Access::Needs(LinkKind::Connect)),
+    };
     let allowance: Option<AllowanceRecord> = app
         .store
         .get_json(Keyspace::Allowances, &key(user, client))
@@ -86,7 +88,8 @@ pub async fn for_agent(
     if !allowance.is_some_and(|a| a.scopes.covers(scopes)) {
         return Ok(Access::Needs(LinkKind::Allow));
     }
-    match app.grants.access_token(user).await {
+    // Only now, with the agent allowed, may an expiring token be refreshed.
+    match app.grants.token_from(user, &grant).await {
         Ok(t) => Ok(Access::Ready(t)),
         Err(GrantError::Missing) => Ok(Access::Needs(LinkKind::Connect)),
         Err(GrantError::Broken) => Ok(Access::Needs(LinkKind::Reconnect)),

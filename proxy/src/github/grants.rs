@@ -158,7 +158,13 @@ impl Grants {
     /// Whether the grant is there and not known to be broken. No GitHub call.
     pub async fn status(&self, user: &UserId) -> Result<GrantStatus, GrantError> {
         let rec: Option<GrantRecord> = self.store.get_json(Keyspace::Grants, user.as_str()).await?;
-        Ok(match rec {
+        Ok(self.status_of(rec.as_ref()))
+    }
+
+    /// The status of a record read earlier (see [`Grants::get`]), so a caller that also needs
+    /// the token reads the grant once.
+    pub fn status_of(&self, rec: Option<&GrantRecord>) -> GrantStatus {
+        match rec {
             None => GrantStatus::Missing,
             Some(r) if r.broken => GrantStatus::Broken,
             Some(r)
@@ -169,7 +175,29 @@ impl Grants {
                 GrantStatus::Broken
             }
             Some(_) => GrantStatus::Usable,
-        })
+        }
+    }
+
+    /// The access token of a record read earlier with [`Grants::get`], without reading it
+    /// again; an expiring GitHub App token goes through [`Grants::access_token`] (which reads
+    /// the record again under the person's refresh lock), so a refresh happens only when the
+    /// caller asks for the token, i.e. after it has decided the agent may use it.
+    pub async fn token_from(
+        &self,
+        user: &UserId,
+        rec: &GrantRecord,
+    ) -> Result<GitHubToken, GrantError> {
+        if rec.broken {
+            return Err(GrantError::Broken);
+        }
+        if self.needs_refresh(rec) {
+            return self.access_token(user).await;
+        }
+        Ok(GitHubToken::new(self.open(
+            user,
+            "access",
+            &rec.sealed_token,
+        )?))
     }
 
     /// The stored record (no secrets in the clear).
@@ -253,6 +281,9 @@ impl Grants {
                     // Replaced meanwhile (a new sign-in): that grant wins; ours is discarded.
                     return Err(GrantError::Broken);
                 }
+                // GitHub has already rotated the refresh token: keep the new one durable now,
+                // even inside a batched request that would flush only at its end.
+                self.store.flush().await?;
                 Ok(tokens.access_token)
             }
             Err(GitHubError::Refused(_)) | Err(GitHubError::Unauthorized) => {

@@ -6,6 +6,7 @@
 mod api;
 mod browser;
 pub mod client_ip;
+mod durable;
 pub mod error;
 mod headers;
 mod mcp;
@@ -70,6 +71,10 @@ pub fn router(app: App) -> Router {
             )),
         )
         .route("/revoke", post(api::revoke))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            durable::batch,
+        ))
         .layer(cors);
     let browser = Router::new()
         .route("/authorize", get(browser::authorize))
@@ -84,7 +89,13 @@ pub fn router(app: App) -> Router {
             "/connect/{code}",
             get(browser::connect_show).post(browser::connect_act),
         )
-        .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet));
+        .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet))
+        // /mcp is not batched: its only usual write is the call's audit event, made while the
+        // answer streams, outside the handler (gateway/forward.rs), which flushes by itself.
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            durable::batch,
+        ));
     // /mcp: browsers may call it from the proxy's own origin and configured ones; preflights
     // are answered here, without authentication.
     let allowed: Vec<String> = std::iter::once(app.config.public_url.origin())

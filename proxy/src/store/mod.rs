@@ -2,6 +2,12 @@
 //! before it returns (sled flush; a PostgreSQL commit later), so a response that creates,
 //! consumes or revokes security state is never sent ahead of the data. Single use is `take`
 //! (remove-and-return), never read-then-delete. Expired records read as absent.
+//!
+//! The one exception is a request run inside [`batched`]: its writes skip their own flush and
+//! `batched` makes them all durable with one [`Store::flush`] before it hands back the
+//! response. A flush covers every write made before it began (sled's log is one sequence), so
+//! the response still goes out only after every write of the request is on disk; what changes
+//! is that a request pays for one flush instead of one per write.
 
 #[cfg(test)]
 mod conformance;
@@ -10,7 +16,9 @@ mod postgres;
 pub mod records;
 mod sled_store;
 
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -191,6 +199,76 @@ pub trait Store: Send + Sync + 'static {
 
 /// Shared store handle.
 pub type SharedStore = Arc<dyn Store>;
+
+/// Work to run once a batched request's writes are durable (e.g. a webhook delivery, which
+/// must never announce an event that a crash could still lose).
+type AfterDurable = Box<dyn FnOnce() + Send>;
+
+/// The writes of one request, made durable together by [`batched`].
+#[derive(Default)]
+struct Batch {
+    after: std::sync::Mutex<Vec<AfterDurable>>,
+    /// Set once the request's final flush has run; writes after that flush by themselves.
+    closed: AtomicBool,
+}
+
+tokio::task_local! {
+    static BATCH: Batch;
+}
+
+/// Whether a write made now may skip its own flush because the surrounding [`batched`] call
+/// flushes before the response leaves (store implementations; also counted by the bench).
+pub fn write_is_batched() -> bool {
+    BATCH
+        .try_with(|b| !b.closed.load(Ordering::Acquire))
+        .unwrap_or(false)
+}
+
+/// Runs `f` once everything written so far by the current batched request is durable: at
+/// the end of [`batched`], or right away outside one (every write there is durable already
+/// when it returns).
+pub fn after_durable(f: impl FnOnce() + Send + 'static) {
+    let mut f = Some(f);
+    let _ = BATCH.try_with(|b| {
+        if b.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let (Ok(mut after), Some(f)) = (b.after.lock(), f.take()) {
+            after.push(Box::new(f));
+        }
+    });
+    if let Some(f) = f {
+        f();
+    }
+}
+
+/// Runs one request's work with its writes grouped under a single flush: writes inside `f`
+/// skip their own flush, then `store.flush()` makes all of them (and anything else written
+/// before it began) durable, and only then is `f`'s output returned. On a failed flush the
+/// output is dropped and the error returned: the caller must answer with a failure, never
+/// with `f`'s response. Work spawned onto other tasks is outside the batch and keeps one
+/// flush per write. A store with nothing unflushed answers the flush at once.
+pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, StoreError> {
+    BATCH
+        .scope(Batch::default(), async {
+            let out = f.await;
+            let _ = BATCH.try_with(|b| b.closed.store(true, Ordering::Release));
+            store.flush().await?;
+            let after = BATCH
+                .try_with(|b| {
+                    b.after
+                        .lock()
+                        .map(|mut a| std::mem::take(&mut *a))
+                        .unwrap_or_default()
+                })
+                .unwrap_or_default();
+            for f in after {
+                f();
+            }
+            Ok(out)
+        })
+        .await
+}
 
 /// Encodes a record.
 pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {

@@ -4,8 +4,11 @@
 //! every waiter that queued before that flush began, so concurrent requests share one flush.
 //! (sled 0.34.7's `flush_async` hangs for good once about seven flushes wait at once, sled
 //! issue #1308, fixed upstream but never released: it must not be used.)
+//! Inside [`super::batched`] a write skips its own flush; the batch's final flush covers it.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
@@ -20,24 +23,43 @@ pub struct SledStore {
     /// Queue of writers waiting for the next flush (group commit); `None` outside a tokio
     /// runtime, where each write flushes by itself.
     flusher: Option<tokio::sync::mpsc::UnboundedSender<Waiter>>,
+    /// Writes made so far and, of those, the ones a completed flush covers: a flush asked for
+    /// when both are equal has nothing to do (a batched request that wrote nothing, while no
+    /// other request has unflushed writes, pays no flush).
+    marks: Arc<Marks>,
+}
+
+#[derive(Default)]
+struct Marks {
+    written: AtomicU64,
+    flushed: AtomicU64,
 }
 
 type Waiter = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 /// Runs flushes for queued writers until the store is dropped: each round takes every
 /// waiter queued so far, flushes once, and answers them all.
-async fn flusher(db: sled::Db, mut rx: tokio::sync::mpsc::UnboundedReceiver<Waiter>) {
+async fn flusher(
+    db: sled::Db,
+    marks: Arc<Marks>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Waiter>,
+) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while let Ok(w) = rx.try_recv() {
             batch.push(w);
         }
         let db = db.clone();
+        // Every write counted here finished before the flush begins, so the flush covers it.
+        let covered = marks.written.load(Ordering::Acquire);
         let result = match tokio::task::spawn_blocking(move || db.flush()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(e) => Err(e.to_string()),
         };
+        if result.is_ok() {
+            marks.flushed.fetch_max(covered, Ordering::AcqRel);
+        }
         for w in batch {
             let _ = w.send(result.clone());
         }
@@ -65,11 +87,23 @@ fn unpack(raw: &[u8]) -> Option<Versioned> {
 }
 
 impl SledStore {
-    /// Opens (or creates) a store in `path`.
+    /// Opens (or creates) a store in `path` with the default page cache
+    /// ([`crate::config::DEFAULT_SLED_CACHE_MB`]).
     pub fn open(path: &Path, clock: SharedClock) -> Result<SledStore, StoreError> {
+        SledStore::open_with_cache(path, crate::config::DEFAULT_SLED_CACHE_MB << 20, clock)
+    }
+
+    /// Opens (or creates) a store in `path` whose page cache holds at most about
+    /// `cache_bytes` (sled's default, 1 GiB, would let a large store grow the process to that).
+    pub fn open_with_cache(
+        path: &Path,
+        cache_bytes: u64,
+        clock: SharedClock,
+    ) -> Result<SledStore, StoreError> {
         let db = sled::Config::new()
             .path(path)
             .mode(sled::Mode::HighThroughput)
+            .cache_capacity(cache_bytes)
             .open()
             .map_err(backend)?;
         SledStore::from_db(db, clock)
@@ -89,9 +123,10 @@ impl SledStore {
             .iter()
             .map(|ks| Ok((*ks, db.open_tree(ks.name()).map_err(backend)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
+        let marks = Arc::new(Marks::default());
         let flusher = tokio::runtime::Handle::try_current().ok().map(|rt| {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            rt.spawn(flusher(db.clone(), rx));
+            rt.spawn(flusher(db.clone(), marks.clone(), rx));
             tx
         });
         Ok(SledStore {
@@ -99,6 +134,7 @@ impl SledStore {
             trees,
             clock,
             flusher,
+            marks,
         })
     }
 
@@ -118,10 +154,27 @@ impl SledStore {
         }
     }
 
-    /// Returns once everything written before the call is on disk.
+    /// Called after each write: returns once that write is on disk, or at once inside a
+    /// batched request, whose final flush covers it.
     async fn durable(&self) -> Result<(), StoreError> {
+        self.marks.written.fetch_add(1, Ordering::AcqRel);
+        if super::write_is_batched() {
+            return Ok(());
+        }
+        self.flush_now().await
+    }
+
+    /// Returns once everything written before the call is on disk.
+    async fn flush_now(&self) -> Result<(), StoreError> {
+        if self.marks.flushed.load(Ordering::Acquire) >= self.marks.written.load(Ordering::Acquire)
+        {
+            return Ok(());
+        }
         let Some(queue) = &self.flusher else {
-            return self.db.flush().map(|_| ()).map_err(backend);
+            let covered = self.marks.written.load(Ordering::Acquire);
+            self.db.flush().map_err(backend)?;
+            self.marks.flushed.fetch_max(covered, Ordering::AcqRel);
+            return Ok(());
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         queue
@@ -252,7 +305,7 @@ impl Store for SledStore {
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
-        self.durable().await
+        self.flush_now().await
     }
 }
 
@@ -299,6 +352,55 @@ mod tests {
             s.scan_prefix(Keyspace::Audit, "").await.unwrap().len(),
             64 * 20
         );
+    }
+
+    /// Inside `batched` a write waits for no flush, and the batch's output comes back only
+    /// once a flush covering every one of its writes has completed; work queued with
+    /// `after_durable` runs only then.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_flushes_once_before_returning() {
+        let clock = ManualClock::new(UnixTime(1_000));
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(SledStore::open(dir.path(), clock).unwrap());
+        let shared: crate::store::SharedStore = s.clone();
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ran2 = ran.clone();
+        let ran_inside = ran.clone();
+        let s2 = s.clone();
+        let out = crate::store::batched(&shared, async move {
+            for i in 0..5 {
+                s2.put(Keyspace::Audit, &format!("k{i}"), vec![1], None)
+                    .await
+                    .unwrap();
+            }
+            // Not yet covered by any flush, and the queued work has not run.
+            assert!(
+                s2.marks.flushed.load(Ordering::Acquire) < s2.marks.written.load(Ordering::Acquire)
+            );
+            crate::store::after_durable(move || ran2.store(true, Ordering::Release));
+            assert!(!ran_inside.load(Ordering::Acquire));
+            "answer"
+        })
+        .await
+        .unwrap();
+        assert_eq!(out, "answer");
+        assert!(ran.load(Ordering::Acquire));
+        assert_eq!(
+            s.marks.flushed.load(Ordering::Acquire),
+            s.marks.written.load(Ordering::Acquire)
+        );
+        // Outside a batch, each write is covered before it returns, and queued work runs now.
+        s.put(Keyspace::Audit, "after", vec![1], None)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.marks.flushed.load(Ordering::Acquire),
+            s.marks.written.load(Ordering::Acquire)
+        );
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let now2 = now.clone();
+        crate::store::after_durable(move || now2.store(true, Ordering::Release));
+        assert!(now.load(Ordering::Acquire));
     }
 
     #[tokio::test]
