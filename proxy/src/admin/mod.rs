@@ -245,7 +245,7 @@ async fn audit_verify(State(app): State<App>, Op(op): Op) -> Result<Response, Ad
 }
 
 async fn audit_export(State(app): State<App>, Op(op): Op) -> Result<Response, AdminError> {
-    let text = flow::audit_export(&app, &op).await?;
+    let body = axum::body::Body::from_stream(flow::audit_export(&app, &op));
     Ok((
         [
             (
@@ -254,7 +254,7 @@ async fn audit_export(State(app): State<App>, Op(op): Op) -> Result<Response, Ad
             ),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
         ],
-        text,
+        body,
     )
         .into_response())
 }

@@ -15,6 +15,12 @@ use crate::ids::{ClientId, FamilyId, UserId};
 use crate::metrics::Metrics;
 use crate::store::{Keyspace, SharedStore, StoreError, StoreExt};
 
+/// Reading the trail in windows of this many seconds (about 28 hours) bounds what export and
+/// tail hold in memory at once. A power of ten: see [`Audit::window`].
+pub const WINDOW_SECS: u64 = 100_000;
+/// Trailing key digits a window spans (`WINDOW_SECS` = 10^5).
+const WINDOW_DIGITS: usize = 5;
+
 /// Keep audit events this long.
 const RETENTION_SECS: u64 = 90 * 86_400;
 
@@ -473,11 +479,42 @@ impl Audit {
         Ok(())
     }
 
-    /// The newest `limit` stored events, oldest first.
+    /// The newest `limit` stored events, oldest first. Reads window by window from the newest,
+    /// so a long trail is not loaded whole to show its end.
     pub async fn recent(&self, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
-        let mut all = self.all().await?;
-        let skip = all.len().saturating_sub(limit);
-        Ok(all.split_off(skip))
+        let mut out: Vec<AuditRecord> = Vec::new();
+        for w in self.windows().rev() {
+            if out.len() >= limit {
+                break;
+            }
+            let mut older = self.window(w).await?;
+            older.append(&mut out);
+            out = older;
+        }
+        let skip = out.len().saturating_sub(limit);
+        Ok(out.split_off(skip))
+    }
+
+    /// The windows (of [`WINDOW_SECS`]) that can hold retained events, oldest first.
+    pub fn windows(&self) -> std::ops::RangeInclusive<u64> {
+        let now = self.clock.now().0;
+        // One window past now, for events stamped a moment ahead by another replica's clock.
+        (now.saturating_sub(RETENTION_SECS) / WINDOW_SECS)..=(now / WINDOW_SECS + 1)
+    }
+
+    /// The stored events of window `w` (times `w * WINDOW_SECS ..` the next), oldest first.
+    pub async fn window(&self, w: u64) -> Result<Vec<AuditRecord>, StoreError> {
+        // Keys start with the time as 20 digits; WINDOW_SECS is a power of ten, so one window
+        // is exactly the keys sharing its first digits.
+        let start = format!("{:020}", w.saturating_mul(WINDOW_SECS));
+        let prefix = start.get(..20 - WINDOW_DIGITS).unwrap_or(&start);
+        Ok(self
+            .store
+            .scan_json(Keyspace::Audit, prefix)
+            .await?
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect())
     }
 
     /// All stored events, oldest first.
@@ -690,6 +727,46 @@ mod tests {
                 detail: s(),
             },
         ]
+    }
+
+    #[tokio::test]
+    async fn tail_and_windows_span_window_boundaries_in_order() {
+        let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000 - 10));
+        let store: SharedStore =
+            std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
+        let audit = Audit::new(store, clock.clone(), Metrics::new());
+        let mut want = Vec::new();
+        // Five events, the later ones each in a later window (one window is skipped entirely).
+        for (i, step) in [0, 5, WINDOW_SECS, 3 * WINDOW_SECS, 1]
+            .into_iter()
+            .enumerate()
+        {
+            clock.advance(step);
+            let reason = format!("r{i}");
+            audit
+                .record(AuditEvent::CallbackRejected {
+                    reason: reason.clone(),
+                })
+                .await
+                .unwrap();
+            want.push(reason);
+        }
+        let reasons = |recs: Vec<AuditRecord>| -> Vec<String> {
+            recs.into_iter()
+                .map(|r| r.event["reason"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(reasons(audit.recent(3).await.unwrap()), want[2..]);
+        assert_eq!(reasons(audit.recent(50).await.unwrap()), want);
+        let mut windowed = Vec::new();
+        for w in audit.windows() {
+            windowed.extend(audit.window(w).await.unwrap());
+        }
+        assert_eq!(
+            reasons(windowed),
+            want,
+            "export sees every event once, in order"
+        );
     }
 
     #[test]

@@ -429,16 +429,28 @@ pub async fn audit_verify(app: &App, _: &Operator) -> Result<VerifyReport, Admin
     Ok(crate::audit::verify::verify(&all))
 }
 
-/// The whole stored trail as JSON lines, oldest first.
-pub async fn audit_export(app: &App, _: &Operator) -> Result<String, AdminError> {
-    let mut out = String::new();
-    for rec in app.audit.all().await? {
-        let line = serde_json::to_string(&rec)
-            .map_err(|e| AdminError::Flow(FlowError::Store(StoreError::Backend(e.to_string()))))?;
-        out.push_str(&line);
-        out.push('\n');
-    }
-    Ok(out)
+/// The whole stored trail as JSON lines, oldest first, one window at a time (never the whole
+/// trail in memory). A store failure mid-way ends the stream with an error, so the reader sees
+/// a broken transfer rather than a short file that looks complete.
+pub fn audit_export(
+    app: &App,
+    _: &Operator,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, AdminError>> + Send + 'static {
+    use futures_util::StreamExt;
+    let audit = app.audit.clone();
+    futures_util::stream::iter(app.audit.windows()).then(move |w| {
+        let audit = audit.clone();
+        async move {
+            let mut out = Vec::new();
+            for rec in audit.window(w).await? {
+                serde_json::to_writer(&mut out, &rec).map_err(|e| {
+                    AdminError::Flow(FlowError::Store(StoreError::Backend(e.to_string())))
+                })?;
+                out.push(b'\n');
+            }
+            Ok(bytes::Bytes::from(out))
+        }
+    })
 }
 
 /// Readiness: the configuration was loaded (an [`App`] holds a validated one) and the store
