@@ -240,9 +240,14 @@ impl Metrics {
     /// An audit event was recorded. Derived from the event's serialized kind and fields, so
     /// kinds added later are counted under `audit_events` without a change here.
     pub fn audit_event(&self, event: &AuditEvent) {
-        let Ok(json) = serde_json::to_value(event) else {
-            return;
-        };
+        if let Ok(json) = serde_json::to_value(event) {
+            self.audit_event_json(&json);
+        }
+    }
+
+    /// [`Metrics::audit_event`] for an event already serialized (the audit sink has the JSON
+    /// at hand; serializing every event twice was a measurable part of a `/mcp` call).
+    pub fn audit_event_json(&self, json: &serde_json::Value) {
         let kind = json["event"].as_str().unwrap_or("unknown");
         let field = |name: &str| json[name].as_str().map(word);
         let m = &self.0;

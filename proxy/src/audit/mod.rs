@@ -454,7 +454,7 @@ impl Audit {
         } else {
             tracing::info!(target: "audit", id = %id, at = at.0, request_id = rid, kind = %kind, event = %json, "audit");
         }
-        self.metrics.audit_event(&event);
+        self.metrics.audit_event_json(&json);
         let rec = AuditRecord {
             id: id.clone(),
             at,

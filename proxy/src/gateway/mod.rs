@@ -149,7 +149,8 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
             return reject_token(app, reason, GatewayError::InvalidToken(r)).await;
         }
     };
-    let Some(backend) = app.config.backend.clone() else {
+    // Borrowed, not cloned: the config is shared and fixed for the process's life.
+    let Some(backend) = app.config.backend.as_ref() else {
         return Err(GatewayError::NoBackend);
     };
     let missing: Vec<&str> = backend
@@ -222,7 +223,7 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
     };
     let forwarded = match forward::forward(
         app,
-        &backend,
+        backend,
         token,
         credential,
         req,
