@@ -1697,27 +1697,6 @@ fn proxy_binary() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Whether any file under `proxy/src` is newer than the binary.
-fn binary_is_stale(bin: &Path) -> bool {
-    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
-        std::fs::read_dir(dir)
-            .ok()?
-            .flatten()
-            .filter_map(|e| {
-                let meta = e.metadata().ok()?;
-                if meta.is_dir() {
-                    newest(&e.path())
-                } else {
-                    meta.modified().ok()
-                }
-            })
-            .max()
-    }
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/src");
-    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
-    matches!((newest(&sources), built), (Some(src), Some(bin)) if src > bin)
-}
-
 /// A free loopback port below the ephemeral range, so that no outgoing connection can take it
 /// while the server is down between a kill and its restart.
 fn stable_port(rng: &mut Rng) -> u16 {
@@ -1833,7 +1812,7 @@ async fn crash_test(bin: PathBuf) {
         "crash test: binary {} (built {age} ago), seed {seed} (MCP_CRASH_SEED), {cycles} kills (MCP_CRASH_CYCLES), {concurrency} concurrent clients (MCP_CRASH_CONCURRENCY)",
         bin.display()
     );
-    if binary_is_stale(&bin) {
+    if crate::support::binary::older_than_sources(&bin) {
         eprintln!(
             "WARNING: {} is older than the proxy's sources: rebuild it (`cargo build --release -p mcp-oauth-proxy`) to test the current code",
             bin.display()

@@ -1,59 +1,12 @@
 //! The real binary's `admin` subcommand against a test proxy's admin listener: each command
 //! works, `audit verify` exits 0 on a clean trail, a refused request exits 2, usage errors 64.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::admin::{ADMIN_TOKEN, Admin, proxy_with_admin};
 use crate::support::{Browser, Client, TestProxy};
 use mcp_oauth_proxy::store::Keyspace;
 use serde_json::Value;
-
-/// The debug binary next to this test binary, built first if missing or older than the
-/// sources (a `cargo test` of this package does not build other packages' binaries).
-fn binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            // target/<profile>/deps/integration-… → target/<profile>/
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.parent().unwrap().parent().unwrap().to_owned();
-            let bin = profile_dir.join(format!("mcp-oauth-proxy{}", std::env::consts::EXE_SUFFIX));
-            if !bin.is_file() || stale(&bin) {
-                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-                let status = Command::new(cargo)
-                    .args(["build", "-p", "mcp-oauth-proxy", "--bin", "mcp-oauth-proxy"])
-                    .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
-                    .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-                    .status()
-                    .unwrap();
-                assert!(status.success(), "building the proxy binary failed");
-            }
-            bin
-        })
-        .clone()
-}
-
-/// Whether any file under `proxy/src` is newer than the binary.
-fn stale(bin: &Path) -> bool {
-    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
-        std::fs::read_dir(dir)
-            .ok()?
-            .flatten()
-            .filter_map(|e| {
-                let meta = e.metadata().ok()?;
-                if meta.is_dir() {
-                    newest(&e.path())
-                } else {
-                    meta.modified().ok()
-                }
-            })
-            .max()
-    }
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/src");
-    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();
-    matches!((newest(&sources), built), (Some(src), Some(bin)) if src > bin)
-}
 
 /// Output of one run.
 struct Run {
@@ -88,7 +41,7 @@ async fn admin_cli(admin: &Admin, token: Option<&str>, args: &[&str]) -> Run {
 /// Runs `mcp-oauth-proxy admin --url <url> <args>` with `token` in `MCP_ADMIN_TOKEN`, no proxy
 /// variables but those in `env`.
 async fn admin_cli_at(url: &str, token: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let bin = binary();
+    let bin = crate::support::binary::proxy_binary();
     let mut cmd = Command::new(bin);
     cmd.arg("admin").arg("--url").arg(url).args(args);
     cmd.env_remove("MCP_ADMIN_TOKEN");

@@ -3,6 +3,7 @@
 //! client that registers and redeems codes over real HTTP.
 
 pub mod admin;
+pub mod binary;
 pub mod browser;
 pub mod client;
 pub mod logs;
