@@ -601,3 +601,32 @@ async fn dns_rebinding_page_cannot_read_metrics_or_reach_the_admin_api() {
         .unwrap();
     assert_eq!(r.status(), 200, "localhost still works");
 }
+
+#[tokio::test]
+async fn bearer_scheme_is_case_insensitive_but_the_token_is_not() {
+    let (_proxy, admin) = proxy_with_admin().await;
+    let get = |auth: String| {
+        let url = admin.url("/admin/api/clients");
+        async move {
+            http()
+                .get(url)
+                .header("authorization", auth)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        assert_eq!(
+            get(format!("{scheme} {ADMIN_TOKEN}")).await,
+            200,
+            "{scheme}"
+        );
+    }
+    assert_eq!(
+        get(format!("Bearer {}", ADMIN_TOKEN.to_uppercase())).await,
+        401
+    );
+    assert_eq!(get(format!("Basic {ADMIN_TOKEN}")).await, 401);
+}

@@ -312,6 +312,15 @@ pub(super) fn registration(
             }
         }
         "initial_access_token" => match token {
+            // The presented token is trimmed, so a configured one with surrounding spaces
+            // could never match.
+            Some(t) if t.trim() != t => {
+                errs.push(
+                    "registration.initial_access_token: no leading or trailing whitespace"
+                        .to_owned(),
+                );
+                RegistrationMode::Closed
+            }
             Some(t) if t.chars().count() >= MIN_IAT_CHARS => {
                 RegistrationMode::InitialAccessToken(Arc::new(InitialAccessToken::new(t)))
             }
@@ -426,6 +435,10 @@ mod tests {
         assert!(!p.mode.token_matches(&"a".repeat(39)));
         assert!(!p.mode.token_matches(""));
         assert!(!format!("{p:?}").contains(&t), "the token is never printed");
+        let (_, errs) = reg(&format!(
+            "policy = \"initial_access_token\"\ninitial_access_token = \" {t}\""
+        ));
+        assert!(errs.iter().any(|e| e.contains("whitespace")), "{errs:?}");
     }
 
     #[test]

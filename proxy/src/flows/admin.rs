@@ -96,10 +96,10 @@ pub fn authorize(app: &App, authorization: Option<&str>) -> Result<Operator, Adm
         return Err(AdminError::Disabled);
     };
     let given = authorization
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
+        // The scheme is case-insensitive (RFC 6750 §2.1, RFC 9110 §11.1).
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token)
         .ok_or(AdminError::Unauthorized)?;
     if crypto::ct_eq(
         &crypto::sha256(given.trim().as_bytes()),
