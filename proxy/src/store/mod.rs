@@ -233,8 +233,13 @@ pub fn after_durable(f: impl FnOnce() + Send + 'static) {
         if b.closed.load(Ordering::Acquire) {
             return;
         }
-        if let (Ok(mut after), Some(f)) = (b.after.lock(), f.take()) {
-            after.push(Box::new(f));
+        if let Some(f) = f.take() {
+            // A poisoned lock still holds a usable list; running `f` now would be before
+            // the write is durable.
+            b.after
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(Box::new(f));
         }
     });
     if let Some(f) = f {
@@ -247,23 +252,41 @@ pub fn after_durable(f: impl FnOnce() + Send + 'static) {
 /// before it began) durable, and only then is `f`'s output returned. On a failed flush the
 /// output is dropped and the error returned: the caller must answer with a failure, never
 /// with `f`'s response. Work spawned onto other tasks is outside the batch and keeps one
-/// flush per write. A store with nothing unflushed answers the flush at once.
+/// flush per write. A store with nothing unflushed answers the flush at once. The flush and
+/// the queued [`after_durable`] work run on a task of their own, so dropping this future (the
+/// client hung up) does not stop them.
 pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, StoreError> {
     BATCH
         .scope(Batch::default(), async {
             let out = f.await;
-            let _ = BATCH.try_with(|b| b.closed.store(true, Ordering::Release));
-            store.flush().await?;
             let after = BATCH
                 .try_with(|b| {
-                    b.after
-                        .lock()
-                        .map(|mut a| std::mem::take(&mut *a))
-                        .unwrap_or_default()
+                    b.closed.store(true, Ordering::Release);
+                    std::mem::take(
+                        &mut *b
+                            .after
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    )
                 })
                 .unwrap_or_default();
-            for f in after {
-                f();
+            // The flush and what waits on it run on their own task: a client that goes away
+            // cancels this request here, but the work it already wrote still becomes durable
+            // and its webhook offers (alerts included) still go out.
+            let store = store.clone();
+            let finish = async move {
+                store.flush().await?;
+                for f in after {
+                    f();
+                }
+                Ok::<(), StoreError>(())
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => rt
+                    .spawn(finish)
+                    .await
+                    .map_err(|e| StoreError::Backend(format!("batch flush task: {e}")))??,
+                Err(_) => finish.await?,
             }
             Ok(out)
         })

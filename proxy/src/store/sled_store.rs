@@ -308,6 +308,38 @@ mod tests {
     use crate::clock::ManualClock;
 
     #[tokio::test]
+    async fn a_client_hanging_up_during_the_flush_still_gets_its_writes_durable_and_offered() {
+        let clock = ManualClock::new(UnixTime(1_000));
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(SledStore::open(dir.path(), clock).unwrap());
+        let shared: crate::store::SharedStore = s.clone();
+        let offered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let offered2 = offered.clone();
+        let s2 = s.clone();
+        let mut request = Box::pin(crate::store::batched(&shared, async move {
+            s2.put(Keyspace::Audit, "alert", vec![1], None)
+                .await
+                .unwrap();
+            crate::store::after_durable(move || offered2.store(true, Ordering::Release));
+        }));
+        // One poll runs the handler and reaches the final flush; then the connection drops.
+        assert!(futures_util::FutureExt::now_or_never(&mut request).is_none());
+        drop(request);
+        for _ in 0..500 {
+            if offered.load(Ordering::Acquire) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(offered.load(Ordering::Acquire), "the offer ran after all");
+        assert_eq!(
+            s.marks.flushed.load(Ordering::Acquire),
+            s.marks.written.load(Ordering::Acquire),
+            "and the write was flushed"
+        );
+    }
+
+    #[tokio::test]
     async fn sled_passes_the_store_conformance_suite() {
         let clock = ManualClock::new(UnixTime(1_000));
         let store = std::sync::Arc::new(SledStore::temporary(clock.clone()).unwrap());
