@@ -173,16 +173,24 @@ async fn documents_that_break_the_rules_are_refused_and_never_cached() {
             let page = Browser::new()
                 .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
                 .await;
-            assert_eq!(page.status, 400, "{name}");
+            // A server error is the publisher's passing trouble, not a bad client: the
+            // person is told to retry (503, Retry-After), the client gets the same at /token.
+            let (page_status, expected) = if answer_status >= 500 {
+                (503, (503, "temporarily_unavailable"))
+            } else {
+                (400, (401, "invalid_client"))
+            };
+            assert_eq!(page.status, page_status, "{name}");
+            assert_eq!(
+                page.headers
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()),
+                (page_status == 503).then_some("60"),
+                "{name}"
+            );
             assert!(page.location().is_none(), "{name}");
             assert!(page.body.contains(reason), "{name}: {}", page.body);
             let t = token_with_unknown_code(&proxy, &c).await;
-            // A server error is the publisher's passing trouble, not a bad client.
-            let expected = if answer_status >= 500 {
-                (503, "temporarily_unavailable")
-            } else {
-                (401, "invalid_client")
-            };
             assert_eq!((t.status, t.error()), expected, "{name}");
             assert!(
                 t.json["error_description"]

@@ -72,6 +72,9 @@ pub async fn authorize(
         Ok(Some(c)) => c,
         Ok(None) => return Err(FlowError::Page(pages::UNKNOWN_CLIENT)),
         Err(ClientsError::Store(e)) => return Err(e.into()),
+        Err(e) if e.is_temporary() => {
+            return Err(FlowError::Page(pages::client_unreachable(e.description())));
+        }
         Err(e) => return Err(FlowError::Page(pages::client_unverifiable(e.description()))),
     };
     let client = &resolved.record;

@@ -117,6 +117,16 @@ pub mod pages {
             message: reason,
         }
     }
+    /// A URL client id whose metadata document cannot be had right now for reasons that are
+    /// not the client's (fetch budget spent, host unreachable, server error, nothing valid
+    /// cached): 503, the page says to retry (with `Retry-After`, like `/token`).
+    pub const fn client_unreachable(reason: &'static str) -> PageProblem {
+        PageProblem {
+            status: 503,
+            title: "This application could not be checked right now",
+            message: reason,
+        }
+    }
     /// Redirect URI mismatch or missing.
     pub const BAD_REDIRECT: PageProblem = PageProblem {
         status: 400,

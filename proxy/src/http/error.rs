@@ -36,7 +36,13 @@ pub fn page(p: PageProblem, request_id: String) -> Response {
     }
     .to_string();
     let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::BAD_REQUEST);
-    (status, Html(html)).into_response()
+    let mut resp = (status, Html(html)).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // As for `/token`'s `temporarily_unavailable`: the fetch budget refills per minute.
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    }
+    resp
 }
 
 /// JSON OAuth error response.
