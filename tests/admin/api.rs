@@ -142,6 +142,7 @@ async fn without_an_admin_token_the_api_is_disabled_but_metrics_and_health_are_s
     assert_eq!(status, 200);
     assert_eq!(body["ready"], true);
     assert_eq!(body["checks"]["store"], true);
+    assert_eq!(body["checks"]["durable"], true);
 }
 
 #[tokio::test]
@@ -307,8 +308,12 @@ async fn audit_tail_verify_and_export_return_the_stored_trail() {
     assert_eq!(status, 400);
 }
 
-/// A store whose every operation fails, as a lost database connection would.
-struct UnreachableStore;
+/// A store whose every operation fails, as a lost database connection would; with
+/// `reads_answer`, reads still answer (from a cache) while nothing can be made durable, as on
+/// a full disk or with a stopped flusher.
+struct UnreachableStore {
+    reads_answer: bool,
+}
 
 fn down() -> StoreError {
     StoreError::Backend("connection refused".to_owned())
@@ -317,6 +322,9 @@ fn down() -> StoreError {
 #[async_trait::async_trait]
 impl Store for UnreachableStore {
     async fn get(&self, _: Keyspace, _: &str) -> Result<Option<Versioned>, StoreError> {
+        if self.reads_answer {
+            return Ok(None);
+        }
         Err(down())
     }
     async fn insert_new(
@@ -367,27 +375,36 @@ impl Store for UnreachableStore {
     }
 }
 
-#[tokio::test]
-async fn readyz_is_503_while_the_store_does_not_answer_and_healthz_stays_200() {
-    let proxy = TestProxy::start().await;
+/// An admin listener for `proxy`'s configuration over `store`; its base URL.
+async fn admin_over(proxy: &TestProxy, store: UnreachableStore) -> String {
     // The same configuration and keys, over a store that has gone away.
     let app = mcp_oauth_proxy::app::App::new(
         proxy.app.config.clone(),
         proxy.app.keys.clone(),
-        std::sync::Arc::new(UnreachableStore),
+        std::sync::Arc::new(store),
         proxy.clock.clone(),
     )
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
-        mcp_oauth_proxy::admin::serve(listener, app, async {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
+        mcp_oauth_proxy::admin::serve(listener, app, std::future::pending::<()>())
+            .await
+            .unwrap();
     });
+    base
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_the_store_does_not_answer_and_healthz_stays_200() {
+    let proxy = TestProxy::start().await;
+    let base = admin_over(
+        &proxy,
+        UnreachableStore {
+            reads_answer: false,
+        },
+    )
+    .await;
     let r = http().get(format!("{base}/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 503, "a load balancer must stop sending traffic");
     let body: Value = r.json().await.unwrap();
@@ -395,6 +412,22 @@ async fn readyz_is_503_while_the_store_does_not_answer_and_healthz_stays_200() {
     assert_eq!(body["checks"]["store"], false);
     assert_eq!(body["checks"]["config"], true);
     // Liveness is about the process, not its dependencies: no restart loop over a DB outage.
+    let r = http().get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_reads_answer_but_writes_cannot_be_made_durable() {
+    // A full disk or a stopped flusher: every response that creates state would be a 500,
+    // so a load balancer must stop sending traffic although reads still answer.
+    let proxy = TestProxy::start().await;
+    let base = admin_over(&proxy, UnreachableStore { reads_answer: true }).await;
+    let r = http().get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["ready"], false);
+    assert_eq!(body["checks"]["store"], true);
+    assert_eq!(body["checks"]["durable"], false);
     let r = http().get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }

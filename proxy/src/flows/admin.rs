@@ -453,20 +453,24 @@ pub fn audit_export(
     })
 }
 
-/// Readiness: the configuration was loaded (an [`App`] holds a validated one) and the store
-/// answers a read.
+/// Readiness: the configuration was loaded (an [`App`] holds a validated one), the store
+/// answers a read, and writes made so far can be made durable (on sled a flush of whatever is
+/// pending succeeds: after a failed flush, a full disk or a stopped flusher, every request
+/// that creates state would answer 500 while reads still answer).
 #[derive(Debug, Serialize)]
 pub struct Readiness {
     /// Configuration loaded.
     pub config: bool,
     /// Store answered.
     pub store: bool,
+    /// Pending writes flushed (on PostgreSQL every statement is committed: always true).
+    pub durable: bool,
 }
 
 impl Readiness {
     /// Ready to serve.
     pub fn ready(&self) -> bool {
-        self.config && self.store
+        self.config && self.store && self.durable
     }
 }
 
@@ -479,9 +483,17 @@ pub async fn readiness(app: &App) -> Readiness {
             false
         }
     };
+    let durable = match app.store.flush().await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: store flush failed");
+            false
+        }
+    };
     Readiness {
         config: true,
         store,
+        durable,
     }
 }
 
