@@ -72,6 +72,14 @@ async fn admin_api_without_or_with_a_wrong_token_is_refused_with_401_and_changes
             None,
         ),
         (
+            reqwest::Method::POST,
+            format!(
+                "{}/unblock",
+                path_of("https://blocked.example/oauth/client.json")
+            ),
+            None,
+        ),
+        (
             reqwest::Method::GET,
             format!("/admin/api/consents?user={ALICE}"),
             None,
@@ -608,6 +616,119 @@ async fn a_metadata_document_url_never_seen_can_be_blocked_ahead_of_time() {
     // Not a URL that could ever be fetched: nothing to block.
     let (status, _) = admin.delete(&path_of("https://evil.example/x|y")).await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn mistaken_block_of_a_metadata_document_client_can_be_lifted_and_it_starts_over_as_new() {
+    let (proxy, admin) = proxy_with_admin_and_every_kind().await;
+    let server = DocServer::start().await;
+    server.serve_json(&server.document("Good Tool", &[DOC_REDIRECT]), &[]);
+    let client = Client {
+        id: server.client_id(),
+        secret: None,
+        redirect_uri: DOC_REDIRECT.to_owned(),
+    };
+    let t = client.tokens(&proxy, &Browser::new(), "alice").await;
+    // Long known by the time of the mistake: its consent page no longer says it is new.
+    proxy.clock.advance(30 * 86_400);
+    let (status, _) = admin.delete(&path_of(&client.id)).await;
+    assert_eq!(status, 200);
+    let unblock = format!("{}/unblock", path_of(&client.id));
+
+    // Only the admin token lifts it; a refused call leaves the block in place.
+    let r = http().post(admin.url(&unblock)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let (_, shown) = admin.get(&path_of(&client.id)).await;
+    assert_eq!(shown["client"]["blocked"], true);
+
+    let (status, r) = admin.post(&unblock, &json!({})).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["unblocked"], true);
+    assert_eq!(r["client_id"], client.id.as_str());
+    let (status, _) = admin.get(&path_of(&client.id)).await;
+    assert_eq!(status, 404, "as never seen: no record until its next use");
+    let hits = server.hits().len();
+    // What the delete revoked stays revoked (its refresh token is refused, although the
+    // client itself is served again).
+    assert_cut_off(&proxy, &client, &t).await;
+
+    // Its next use fetches the document again and the person approves it anew, warned that
+    // the application is new (its history went with the block).
+    let page = Browser::new()
+        .navigate(
+            &client.authorize_url(&proxy, &Pkce::new(), "s", &[]),
+            "none",
+        )
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body
+            .contains("This application was registered moments ago"),
+        "{}",
+        page.body
+    );
+    let again = client.tokens(&proxy, &Browser::new(), "alice").await;
+    assert!(server.hits().len() > hits, "the document was fetched again");
+    let (status, _) = mcp_of(&proxy, &again).request(ping()).await;
+    assert_eq!(status, 200);
+    assert!(
+        proxy
+            .audit_events()
+            .await
+            .contains(&"client_unblocked".to_owned())
+    );
+
+    // Lifting a block that is not there: 404, nothing changes.
+    let before = snapshot(&proxy).await;
+    for id in [
+        client.id.as_str(),
+        "https://never-blocked.example/oauth/client.json",
+        "not-a-url-client",
+    ] {
+        let (status, r) = admin
+            .post(&format!("{}/unblock", path_of(id)), &json!({}))
+            .await;
+        assert_eq!(status, 404, "{id}: {r}");
+        assert_eq!(r["error"], "not_found");
+    }
+    assert_eq!(snapshot(&proxy).await, before);
+}
+
+#[tokio::test]
+async fn admin_api_errors_axum_answers_itself_come_as_json_and_change_nothing() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let (client, _) = authorized(&proxy).await;
+    let before = snapshot(&proxy).await;
+    let send = |req: reqwest::RequestBuilder| async move {
+        let r = req.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        let status = r.status().as_u16();
+        let ct = r.headers()["content-type"].to_str().unwrap().to_owned();
+        let body: Value = r.json().await.unwrap();
+        (status, ct, body)
+    };
+    // A method the route does not take.
+    let (status, ct, body) = send(http().put(admin.url("/admin/api/clients"))).await;
+    assert_eq!((status, ct.as_str()), (405, "application/json"));
+    assert_eq!(body["error"], "method_not_allowed");
+    // A body over the limit, on a route that would revoke.
+    let huge = json!({"user": "github:1001", "client": client.id, "pad": "x".repeat(20_000)});
+    let (status, _, body) = send(
+        http()
+            .post(admin.url("/admin/api/consents/revoke"))
+            .json(&huge),
+    )
+    .await;
+    assert_eq!(status, 413);
+    assert_eq!(body["error"], "request_too_large");
+    // A path segment that does not decode to UTF-8.
+    let (status, _, body) = send(http().get(admin.url("/admin/api/clients/%FF%FE"))).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"], "invalid_request");
+    assert_eq!(
+        snapshot(&proxy).await,
+        before,
+        "a refused call changed state"
+    );
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ use crate::flows::admin::{self as flow, AdminError, Operator};
 use crate::ids::{ClientId, UserId};
 
 /// Admin request bodies are a few ids.
-const MAX_BODY: usize = 16 * 1024;
+pub const MAX_BODY: usize = 16 * 1024;
 /// `audit tail` without `limit`.
 const DEFAULT_TAIL: usize = 50;
 
@@ -34,6 +34,7 @@ pub fn router(app: App) -> Router {
             "/admin/api/clients/{id}",
             get(client_show).delete(client_delete),
         )
+        .route("/admin/api/clients/{id}/unblock", post(client_unblock))
         .route("/admin/api/consents", get(consents_list))
         .route("/admin/api/consents/revoke", post(consent_revoke))
         .route("/admin/api/grants/revoke", post(grant_revoke))
@@ -42,6 +43,7 @@ pub fn router(app: App) -> Router {
         .route("/admin/api/audit/export", get(audit_export))
         .fallback(|| async { AdminError::NotFound("route") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::map_response(framework_rejections_as_json))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             loopback_hosts_only,
@@ -67,6 +69,28 @@ async fn loopback_hosts_only(
         }
     }
     next.run(req).await
+}
+
+/// Errors axum answers by itself before a handler runs (a method the route does not take, a
+/// body over the limit, a path segment that is not UTF-8) come as plain text or empty; an
+/// admin API client gets every error in the same JSON shape, so they become [`AdminError`]s.
+async fn framework_rejections_as_json(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() || is_json {
+        return resp;
+    }
+    match status {
+        StatusCode::METHOD_NOT_ALLOWED => AdminError::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => AdminError::TooLarge,
+        StatusCode::NOT_FOUND => AdminError::NotFound("route"),
+        _ => AdminError::BadRequest("the request could not be read (path, query or body)"),
+    }
+    .into_response()
 }
 
 /// Serves the admin router until `shutdown` resolves.
@@ -146,6 +170,16 @@ async fn client_delete(
 ) -> Result<Response, AdminError> {
     Ok(json_ok(
         &flow::delete_client(&app, &op, &ClientId::new(id)).await?,
+    ))
+}
+
+async fn client_unblock(
+    State(app): State<App>,
+    Op(op): Op,
+    Path(id): Path<String>,
+) -> Result<Response, AdminError> {
+    Ok(json_ok(
+        &flow::unblock_client(&app, &op, &ClientId::new(id)).await?,
     ))
 }
 

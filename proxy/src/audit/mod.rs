@@ -64,6 +64,11 @@ pub enum AuditEvent {
         /// Families revoked.
         families: usize,
     },
+    /// An operator lifted the block a delete put on a metadata-document client.
+    ClientUnblocked {
+        /// Client.
+        client_id: ClientId,
+    },
     /// An operator revoked a person's GitHub grant and tokens through the admin API.
     GrantRevokedByAdmin {
         /// Person.
@@ -326,6 +331,7 @@ pub const KINDS: &[&str] = &[
     "client_registered",
     "registration_refused",
     "client_deleted",
+    "client_unblocked",
     "grant_revoked_by_admin",
     "consent_shown",
     "consent_approved",
@@ -570,9 +576,10 @@ mod tests {
             E::ClientAccessRevoked { .. } => 29,
             E::AlertRaised { .. } => 30,
             E::RegistrationRefused { .. } => 31,
+            E::ClientUnblocked { .. } => 32,
         }
     }
-    const VARIANTS: usize = 32;
+    const VARIANTS: usize = 33;
 
     /// One value of every variant.
     fn samples() -> Vec<AuditEvent> {
@@ -597,6 +604,7 @@ mod tests {
                 consents: 0,
                 families: 0,
             },
+            AuditEvent::ClientUnblocked { client_id: c() },
             AuditEvent::GrantRevokedByAdmin {
                 user_id: u(),
                 families: 0,

@@ -65,6 +65,11 @@ pub enum ClientsCommand {
         /// Client id.
         id: String,
     },
+    /// Lift the block a delete put on a metadata-document (URL) client.
+    Unblock {
+        /// Client id (the document's URL).
+        id: String,
+    },
 }
 
 /// `admin consents …`
@@ -147,6 +152,10 @@ fn plan(cmd: &AdminCommand) -> (Call, Print) {
         AdminCommand::Clients(ClientsCommand::Delete { id }) => {
             (Call::Delete(seg(&["clients", id])), Print::Pretty)
         }
+        AdminCommand::Clients(ClientsCommand::Unblock { id }) => (
+            Call::Post(seg(&["clients", id, "unblock"]), json!({})),
+            Print::Pretty,
+        ),
         AdminCommand::Consents(ConsentsCommand::List { user }) => (
             Call::Get(seg(&["consents"]), Some(("user", user.clone()))),
             Print::Pretty,

@@ -314,6 +314,34 @@ impl Directory {
         Err(StoreError::Backend("metadata-document record contended".to_owned()).into())
     }
 
+    /// Lifts an operator's block (the delete was a mistake): the blocked record is removed,
+    /// so the client is as never seen, on every replica: its document is fetched again and
+    /// people are shown the new-client warning. `Ok(false)`: it was not blocked.
+    pub async fn unblock(&self, id: &ClientId) -> Result<bool, ClientsError> {
+        self.forget(id.as_str());
+        for _ in 0..RECORD_ATTEMPTS {
+            let current: Option<(CimdClientRecord, Versioned)> = self
+                .store
+                .get_versioned(Keyspace::CimdClients, id.as_str())
+                .await?;
+            let Some((rec, version)) = current else {
+                return Ok(false);
+            };
+            if rec.blocked_at.is_none() {
+                return Ok(false);
+            }
+            // Compare-and-swap: a record changed meanwhile is looked at again.
+            if self
+                .store
+                .compare_and_swap(Keyspace::CimdClients, id.as_str(), &version, None)
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        Err(StoreError::Backend("metadata-document record contended".to_owned()).into())
+    }
+
     async fn document(
         &self,
         id: &ClientId,

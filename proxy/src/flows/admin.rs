@@ -43,6 +43,12 @@ pub enum AdminError {
     /// The action does not apply to this thing as it is.
     #[error("conflict: {0}")]
     Conflict(&'static str),
+    /// The route exists but not with this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// The request body is larger than an admin request can be.
+    #[error("request body too large")]
+    TooLarge,
     /// A loopback admin listener was addressed by a host name other than `localhost` (a
     /// web page using DNS rebinding to reach it from the operator's browser).
     #[error("misdirected host")]
@@ -280,6 +286,44 @@ pub struct Revoked {
     pub families: usize,
     /// Whether a GitHub grant was forgotten.
     pub grant_removed: bool,
+}
+
+/// What lifting a block did.
+#[derive(Debug, Serialize)]
+pub struct Unblocked {
+    /// The client, now as never seen: its next use fetches its document again.
+    pub client_id: ClientId,
+    /// Always true (a client that was not blocked is a 404).
+    pub unblocked: bool,
+}
+
+/// Lifts the block a delete put on a metadata-document client (the delete was a mistake).
+/// Its consents and tokens stay revoked; people approve it again as a new client.
+pub async fn unblock_client(
+    app: &App,
+    _: &Operator,
+    id: &ClientId,
+) -> Result<Unblocked, AdminError> {
+    const NOT_BLOCKED: &str = "blocked metadata-document client";
+    if !cimd::is_url_client_id(id.as_str()) {
+        return Err(AdminError::NotFound(NOT_BLOCKED));
+    }
+    match app.clients.unblock(id).await {
+        Ok(true) => {}
+        Ok(false) | Err(ClientsError::Document(_) | ClientsError::Fetch(_)) => {
+            return Err(AdminError::NotFound(NOT_BLOCKED));
+        }
+        Err(ClientsError::Store(e)) => return Err(e.into()),
+    }
+    app.audit
+        .record(AuditEvent::ClientUnblocked {
+            client_id: id.clone(),
+        })
+        .await?;
+    Ok(Unblocked {
+        client_id: id.clone(),
+        unblocked: true,
+    })
 }
 
 /// Deletes a client: first so that nothing new can start (a registration is removed; a

@@ -358,6 +358,19 @@ impl IntoResponse for crate::flows::admin::AdminError {
                 (*why).to_owned(),
             ),
             AdminError::Conflict(why) => (StatusCode::CONFLICT, "conflict", (*why).to_owned()),
+            AdminError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method".to_owned(),
+            ),
+            AdminError::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                format!(
+                    "admin request bodies are at most {} KiB",
+                    crate::admin::MAX_BODY / 1024
+                ),
+            ),
             AdminError::MisdirectedHost => (
                 StatusCode::MISDIRECTED_REQUEST,
                 "misdirected_request",
