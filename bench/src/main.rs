@@ -22,6 +22,7 @@
 mod backend;
 mod counting;
 mod flows;
+mod forwarder;
 mod harness;
 mod mcp_bench;
 mod oauth_bench;
@@ -364,25 +365,32 @@ fn mcp_section(report: &mut String, title: &str, out: &ChildOut) {
     let _ = writeln!(report, "   [{title}; {}]", noise(out));
     let _ = writeln!(
         report,
-        "   conns | direct req/s | proxied req/s | ratio | direct p50/p99 µs | proxied p50/p99 µs | added p50/p99 µs"
+        "   conns | direct req/s | proxied req/s | ratio | direct p50/p99 µs | proxied p50/p99 µs | added p50/p99 µs | bare fwd req/s | ratio | bare added p50 µs"
     );
     for v in out.of("mcp") {
-        let ratio = f(v, &["proxied", "per_s"]) / f(v, &["direct", "per_s"]).max(f64::MIN_POSITIVE);
+        let direct = f(v, &["direct", "per_s"]).max(f64::MIN_POSITIVE);
         let _ = writeln!(
             report,
-            "   {:>5} | {:>12.0} | {:>13.0} | {:>4.2}× | {:>8.1} / {:>7.1} | {:>8.1} / {:>7.1} | {:>7.1} / {:>7.1}",
+            "   {:>5} | {:>12.0} | {:>13.0} | {:>4.2}× | {:>8.1} / {:>7.1} | {:>8.1} / {:>7.1} | {:>7.1} / {:>7.1} | {:>14.0} | {:>4.2}× | {:>7.1}",
             v["conns"].as_u64().unwrap_or(0),
             f(v, &["direct", "per_s"]),
             f(v, &["proxied", "per_s"]),
-            ratio,
+            f(v, &["proxied", "per_s"]) / direct,
             f(v, &["direct", "p50_us"]),
             f(v, &["direct", "p99_us"]),
             f(v, &["proxied", "p50_us"]),
             f(v, &["proxied", "p99_us"]),
             f(v, &["proxied", "p50_us"]) - f(v, &["direct", "p50_us"]),
             f(v, &["proxied", "p99_us"]) - f(v, &["direct", "p99_us"]),
+            f(v, &["bare", "per_s"]),
+            f(v, &["bare", "per_s"]) / direct,
+            f(v, &["bare", "p50_us"]) - f(v, &["direct", "p50_us"]),
         );
     }
+    let _ = writeln!(
+        report,
+        "   (bare fwd: axum in, reqwest out, answer streamed back; no auth, parsing, store or audit: the second hop alone)"
+    );
     if let Some(h) = &out.hung {
         let _ = writeln!(
             report,
@@ -581,7 +589,7 @@ async fn parent(plan: Plan, args: &[String]) {
     // ---- 1. tools/call ------------------------------------------------------------------------
     let mcp_secs = |levels: usize| {
         (levels as u64)
-            * ((2 * plan.mcp_rounds as u64 + 1) * plan.mcp_seg.as_millis() as u64 / 1000 + 5)
+            * ((3 * plan.mcp_rounds as u64 + 2) * plan.mcp_seg.as_millis() as u64 / 1000 + 5)
     };
     eprintln!("1. tools/call through the proxy vs direct, shipped proxy …");
     let mcp_shipped = run_child(
@@ -593,7 +601,7 @@ async fn parent(plan: Plan, args: &[String]) {
     .await;
     let _ = writeln!(
         report,
-        "1. tools/call, proxied vs direct to the same trivial backend ({} rounds of {} ms per side and level, interleaved A/B)",
+        "1. tools/call, proxied vs direct to the same trivial backend, with a bare forwarder for context ({} rounds of {} ms per side and level, interleaved)",
         plan.mcp_rounds,
         plan.mcp_seg.as_millis()
     );
@@ -622,6 +630,16 @@ async fn parent(plan: Plan, args: &[String]) {
                 Some(false),
             )),
         }
+        if let Some(v) = at(16) {
+            let bare = f(v, &["bare", "per_s"]) / f(v, &["direct", "per_s"]).max(f64::MIN_POSITIVE);
+            rows.push(row(
+                "  same rounds: bare forwarder (no checks)/direct, 16 conn",
+                format!("{bare:.2}×"),
+                "— (context)",
+                None,
+                None,
+            ));
+        }
         match at(1) {
             Some(v) => {
                 let added = f(v, &["proxied", "p50_us"]) - f(v, &["direct", "p50_us"]);
@@ -631,6 +649,14 @@ async fn parent(plan: Plan, args: &[String]) {
                     "< 100 µs",
                     Some(added / 100.0),
                     Some(added < 100.0),
+                ));
+                let bare = f(v, &["bare", "p50_us"]) - f(v, &["direct", "p50_us"]);
+                rows.push(row(
+                    "  same rounds: bare forwarder added p50, 1 conn",
+                    format!("{bare:.0} µs"),
+                    "— (context)",
+                    None,
+                    None,
                 ));
             }
             None => rows.push(row(

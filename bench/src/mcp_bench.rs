@@ -1,6 +1,7 @@
 //! Benchmark 1: `tools/call` through the proxy versus straight to the same trivial backend, at
-//! several connection counts, in interleaved segments (direct, proxied, direct, proxied, …;
-//! the order flips every round) so machine noise lands on both.
+//! several connection counts, in interleaved segments (the order of the sides rotates every
+//! round) so machine noise lands on all of them. A third side, a bare forwarder without any
+//! checks (`forwarder.rs`), gives the cost of the second HTTP hop alone, for context.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +24,8 @@ pub struct Level {
     pub direct: Samples,
     /// Through the proxy.
     pub proxied: Samples,
+    /// Through the bare forwarder (context).
+    pub bare: Samples,
 }
 
 impl Level {
@@ -86,47 +89,54 @@ async fn run(
 pub async fn compare(
     direct: Target,
     proxied: Target,
+    bare: Target,
     levels: &[usize],
     rounds: usize,
     seg: Duration,
 ) {
     for &conns in levels {
-        let dname = format!("tools/call direct, {conns} conn");
-        let pname = format!("tools/call through the proxy, {conns} conn");
+        let sides = [
+            (format!("tools/call direct, {conns} conn"), direct.clone()),
+            (
+                format!("tools/call through the proxy, {conns} conn"),
+                proxied.clone(),
+            ),
+            (
+                format!("tools/call through the bare forwarder, {conns} conn"),
+                bare.clone(),
+            ),
+        ];
         // One client (so one kept-alive connection) per simulated connection and side.
-        let dc: Arc<Vec<reqwest::Client>> =
-            Arc::new((0..conns).map(|_| crate::harness::http()).collect());
-        let pc: Arc<Vec<reqwest::Client>> =
-            Arc::new((0..conns).map(|_| crate::harness::http()).collect());
-        // Warm up both sides (connections, caches, the proxy's backend pool).
-        let warm = seg / 2;
-        let _ = run(&dname, dc.clone(), direct.clone(), conns, warm).await;
-        let _ = run(&pname, pc.clone(), proxied.clone(), conns, warm).await;
+        let clients: Vec<Arc<Vec<reqwest::Client>>> = sides
+            .iter()
+            .map(|_| Arc::new((0..conns).map(|_| crate::harness::http()).collect()))
+            .collect();
+        // Warm up every side (connections, caches, the proxy's backend pool).
+        for ((name, t), c) in sides.iter().zip(&clients) {
+            let _ = run(name, c.clone(), t.clone(), conns, seg / 2).await;
+        }
         let mut level = Level::default();
         for r in 0..rounds {
-            let order = if r % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
-            for via_proxy in order {
-                if via_proxy {
-                    let (ns, wall) = run(&pname, pc.clone(), proxied.clone(), conns, seg).await;
-                    level.proxied.add(ns, wall);
-                } else {
-                    let (ns, wall) = run(&dname, dc.clone(), direct.clone(), conns, seg).await;
-                    level.direct.add(ns, wall);
+            // Each side goes first, second and last equally often.
+            for k in 0..sides.len() {
+                let i = (r + k) % sides.len();
+                let (name, t) = &sides[i];
+                let (ns, wall) = run(name, clients[i].clone(), t.clone(), conns, seg).await;
+                match i {
+                    0 => level.direct.add(ns, wall),
+                    1 => level.proxied.add(ns, wall),
+                    _ => level.bare.add(ns, wall),
                 }
             }
         }
         eprintln!(
-            "  {conns:>3} conn: direct {:>8.0}/s p50 {:>7.1} µs p99 {:>8.1} µs | proxied {:>8.0}/s p50 {:>7.1} µs p99 {:>8.1} µs | ratio {:.2}×",
+            "  {conns:>3} conn: direct {:>8.0}/s p50 {:>7.1} µs | proxied {:>8.0}/s p50 {:>7.1} µs | bare forwarder {:>8.0}/s p50 {:>7.1} µs | ratio {:.2}×",
             level.direct.per_sec(),
             level.direct.pct_us(50.0),
-            level.direct.pct_us(99.0),
             level.proxied.per_sec(),
             level.proxied.pct_us(50.0),
-            level.proxied.pct_us(99.0),
+            level.bare.per_sec(),
+            level.bare.pct_us(50.0),
             level.throughput_ratio()
         );
         println!(
@@ -136,6 +146,7 @@ pub async fn compare(
                 "conns": conns,
                 "direct": level.direct.json(),
                 "proxied": level.proxied.json(),
+                "bare": level.bare.json(),
             })
         );
     }
@@ -156,6 +167,10 @@ pub async fn child(levels: &[usize], rounds: usize, seg: Duration) {
     let http = crate::harness::http();
     let client = crate::flows::register(&http, &proxy).await;
     let (tokens, _) = crate::flows::flow(&http, &proxy, &client, "user0").await;
+    let bare = Target {
+        url: crate::forwarder::start(backend_url.clone()).await,
+        token: "bare-bench-token".to_owned(),
+    };
     let direct = Target {
         url: backend_url,
         token: "direct-bench-token".to_owned(),
@@ -164,5 +179,5 @@ pub async fn child(levels: &[usize], rounds: usize, seg: Duration) {
         url: proxy.url("/mcp"),
         token: tokens.access,
     };
-    compare(direct, proxied, levels, rounds, seg).await;
+    compare(direct, proxied, bare, levels, rounds, seg).await;
 }
