@@ -15,6 +15,22 @@ use crate::metrics::Metrics;
 use crate::oauth::scope::ScopeSet;
 use crate::store::SharedStore;
 
+/// Why the application could not be wired together; reported at start, before any port is
+/// bound, like a configuration error.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The GitHub client could not be built.
+    #[error("GitHub client: {0}")]
+    GitHub(#[from] GitHubError),
+    /// The HTTP client toward the backend could not be built.
+    #[error("backend client: {0}")]
+    Backend(String),
+    /// A configured webhook could not start: the proxy does not run without the alerts it
+    /// was configured to send.
+    #[error("webhook: {0}")]
+    Webhook(String),
+}
+
 /// Shared application state.
 #[derive(Clone)]
 pub struct App(Arc<Inner>);
@@ -63,7 +79,7 @@ impl App {
         keys: Keys,
         store: SharedStore,
         clock: SharedClock,
-    ) -> Result<App, GitHubError> {
+    ) -> Result<App, AppError> {
         App::new_with_resolver(config, keys, store, clock, Arc::new(SystemResolver))
     }
 
@@ -75,7 +91,7 @@ impl App {
         store: SharedStore,
         clock: SharedClock,
         resolver: Arc<dyn Resolver>,
-    ) -> Result<App, GitHubError> {
+    ) -> Result<App, AppError> {
         // Every store call is timed, whichever backend was opened.
         let metrics = Metrics::new();
         let store: SharedStore = Arc::new(crate::store::MeteredStore::new(store, metrics.clone()));
@@ -89,7 +105,7 @@ impl App {
                 metrics.clone(),
             ) {
                 Ok(w) => audit = audit.with_webhook(w),
-                Err(e) => tracing::error!(error = %e, "webhook disabled"),
+                Err(e) => return Err(AppError::Webhook(e)),
             }
         }
         let grants = Grants::new(
@@ -103,7 +119,7 @@ impl App {
         let backend_http = match &config.backend {
             Some(b) => Some(
                 crate::gateway::forward::backend_client(b)
-                    .map_err(|e| GitHubError::Unavailable(e.to_string()))?,
+                    .map_err(|e| AppError::Backend(e.without_url().to_string()))?,
             ),
             None => None,
         };
@@ -140,5 +156,39 @@ impl App {
     /// The issuer.
     pub fn issuer(&self) -> &str {
         self.config.public_url.issuer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::SledStore;
+
+    fn config(extra: &str) -> Config {
+        let toml = format!(
+            "[server]\npublic_url = \"https://mcp.example.com\"\n[github]\nclient_id = \"x\"\nclient_secret = \"y\"\n[store]\npath = \"/tmp/x\"\n{extra}"
+        );
+        Config::from_toml(&toml, &std::collections::HashMap::new())
+            .unwrap_or_else(|e| panic!("{:?}", e.0))
+    }
+
+    /// A webhook that cannot start (here: no runtime to deliver on) stops the start instead of
+    /// leaving the proxy running without the alerts it was configured to send.
+    #[test]
+    fn configured_webhook_that_cannot_start_fails_the_start_instead_of_silencing_alerts() {
+        let clock: SharedClock = ManualClock::new(crate::clock::UnixTime(1_700_000_000));
+        let store: SharedStore = Arc::new(SledStore::temporary(clock.clone()).unwrap());
+        let with_hook = config(
+            "[webhook]\nurl = \"https://hooks.example.com/mcp\"\nsecret = \"0123456789abcdef0123\"\n",
+        );
+        let keys = Keys::generate().unwrap();
+        match App::new(with_hook, keys.clone(), store.clone(), clock.clone()) {
+            Err(AppError::Webhook(why)) => assert!(why.contains("runtime"), "{why}"),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("started without its webhook"),
+        }
+        // The same without a webhook starts.
+        assert!(App::new(config(""), keys, store, clock).is_ok());
     }
 }

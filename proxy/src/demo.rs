@@ -39,7 +39,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
         format!("{public_url}/callback/github"),
     ))
     .await
-    .map_err(|e| StartError::GitHub(e.to_string()))?;
+    .map_err(|e| StartError::Demo(format!("fake GitHub: {e}")))?;
     // The demo backend exchanges its short-lived proxy token for the person's GitHub token
     // (RFC 8693) with a secret generated for this run.
     let backend_secret =
@@ -56,7 +56,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
         ),
     )
     .await
-    .map_err(|e| StartError::GitHub(format!("demo backend: {e}")))?;
+    .map_err(|e| StartError::Demo(format!("demo backend: {e}")))?;
     let toml = format!(
         r#"
 [server]

@@ -28,9 +28,12 @@ pub enum StartError {
         /// Why.
         error: String,
     },
-    /// The GitHub client could not be built.
-    #[error("GitHub client: {0}")]
-    GitHub(String),
+    /// The application could not be wired together (GitHub or backend client, webhook).
+    #[error(transparent)]
+    App(#[from] crate::app::AppError),
+    /// The demo's fake GitHub or demo backend could not start.
+    #[error("demo: {0}")]
+    Demo(String),
     /// The TLS certificate or key could not be used.
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
@@ -70,7 +73,7 @@ pub async fn prepare(config: Config, clock: SharedClock) -> Result<App, StartErr
             (keys, connect_postgres(&config.store, clock.clone()).await?)
         }
     };
-    App::new(config, keys, store, clock).map_err(|e| StartError::GitHub(e.to_string()))
+    Ok(App::new(config, keys, store, clock)?)
 }
 
 /// Connects to PostgreSQL and applies migrations.
