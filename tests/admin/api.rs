@@ -39,14 +39,24 @@ async fn assert_cut_off(proxy: &TestProxy, client: &Client, t: &JsonResp) {
     let r = client
         .refresh(proxy, t.json["refresh_token"].as_str().unwrap(), &[])
         .await;
-    assert_ne!(r.status, 200, "refresh must fail: {:?}", r.json);
+    // A client that is gone cannot authenticate; one that stays finds its family revoked.
+    assert!(
+        matches!(
+            (r.status, r.error()),
+            (401, "invalid_client") | (400, "invalid_grant")
+        ),
+        "refresh must be refused: {} {:?}",
+        r.status,
+        r.json
+    );
     assert!(r.json["access_token"].is_null());
 }
 
 /// The state an admin action could change.
-async fn snapshot(proxy: &TestProxy) -> [usize; 5] {
+async fn snapshot(proxy: &TestProxy) -> [usize; 6] {
     [
         proxy.count(Keyspace::Clients).await,
+        proxy.count(Keyspace::CimdClients).await,
         proxy.count(Keyspace::Consents).await,
         proxy.count(Keyspace::Grants).await,
         proxy.count(Keyspace::RefreshFamilies).await,
@@ -151,6 +161,42 @@ async fn without_an_admin_token_the_api_is_disabled_but_metrics_and_health_are_s
     assert_eq!(body["ready"], true);
     assert_eq!(body["checks"]["store"], true);
     assert_eq!(body["checks"]["durable"], true);
+}
+
+/// A delete that failed after taking the client away (store error, crash) left its consents
+/// and tokens working; the operator repeats it and the repeat finishes the job instead of
+/// answering "not found".
+#[tokio::test]
+async fn client_delete_interrupted_after_its_first_step_is_finished_by_repeating_it() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let (client, t) = authorized(&proxy).await;
+    // What the interrupted delete did: only its first step.
+    proxy
+        .app
+        .store
+        .remove(Keyspace::Clients, client.id.as_str())
+        .await
+        .unwrap();
+    let (status, _) = mcp_of(&proxy, &t).request(ping()).await;
+    assert_eq!(status, 200, "the leftover token still works");
+
+    let (status, gone) = admin
+        .delete(&format!("/admin/api/clients/{}", client.id))
+        .await;
+    assert_eq!(status, 200, "{gone}");
+    assert_eq!(
+        (gone["consents"].as_u64(), gone["families"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_cut_off(&proxy, &client, &t).await;
+    assert_eq!(proxy.count(Keyspace::Consents).await, 0);
+    // Nothing is left now: a further repeat is a 404 and changes nothing.
+    let before = snapshot(&proxy).await;
+    let (status, r) = admin
+        .delete(&format!("/admin/api/clients/{}", client.id))
+        .await;
+    assert_eq!((status, r["error"].as_str()), (404, Some("not_found")));
+    assert_eq!(snapshot(&proxy).await, before);
 }
 
 #[tokio::test]
@@ -703,16 +749,24 @@ async fn admin_api_errors_axum_answers_itself_come_as_json_and_change_nothing() 
         let r = req.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
         let status = r.status().as_u16();
         let ct = r.headers()["content-type"].to_str().unwrap().to_owned();
+        let allow = r
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap().to_owned());
         let body: Value = r.json().await.unwrap();
-        (status, ct, body)
+        (status, ct, body, allow)
     };
-    // A method the route does not take.
-    let (status, ct, body) = send(http().put(admin.url("/admin/api/clients"))).await;
+    // A method the route does not take: the answer still says which ones it does.
+    let (status, ct, body, allow) = send(http().put(admin.url("/admin/api/clients"))).await;
     assert_eq!((status, ct.as_str()), (405, "application/json"));
     assert_eq!(body["error"], "method_not_allowed");
+    assert!(
+        allow.as_deref().is_some_and(|a| a.contains("GET")),
+        "{allow:?}"
+    );
     // A body over the limit, on a route that would revoke.
     let huge = json!({"user": "github:1001", "client": client.id, "pad": "x".repeat(20_000)});
-    let (status, _, body) = send(
+    let (status, _, body, _) = send(
         http()
             .post(admin.url("/admin/api/consents/revoke"))
             .json(&huge),
@@ -721,7 +775,7 @@ async fn admin_api_errors_axum_answers_itself_come_as_json_and_change_nothing() 
     assert_eq!(status, 413);
     assert_eq!(body["error"], "request_too_large");
     // A path segment that does not decode to UTF-8.
-    let (status, _, body) = send(http().get(admin.url("/admin/api/clients/%FF%FE"))).await;
+    let (status, _, body, _) = send(http().get(admin.url("/admin/api/clients/%FF%FE"))).await;
     assert_eq!(status, 400);
     assert_eq!(body["error"], "invalid_request");
     assert_eq!(

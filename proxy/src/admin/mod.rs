@@ -84,13 +84,19 @@ async fn framework_rejections_as_json(resp: Response) -> Response {
     if !status.is_client_error() || is_json {
         return resp;
     }
-    match status {
+    let allow = resp.headers().get(header::ALLOW).cloned();
+    let mut json = match status {
         StatusCode::METHOD_NOT_ALLOWED => AdminError::MethodNotAllowed,
         StatusCode::PAYLOAD_TOO_LARGE => AdminError::TooLarge,
         StatusCode::NOT_FOUND => AdminError::NotFound("route"),
         _ => AdminError::BadRequest("the request could not be read (path, query or body)"),
     }
-    .into_response()
+    .into_response();
+    // A 405 must say which methods the route takes (RFC 9110 §15.5.6).
+    if let Some(allow) = allow {
+        json.headers_mut().insert(header::ALLOW, allow);
+    }
+    json
 }
 
 /// Serves the admin router until `shutdown` resolves.

@@ -334,27 +334,29 @@ pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Rev
     if app.clients.is_configured(id) {
         return Err(AdminError::Conflict(CONFIGURED));
     }
-    if cimd::is_url_client_id(id.as_str()) {
+    // Whether this call took the client away. If it was gone already (deleted before, or a
+    // delete that failed after its first step), what it left behind is still revoked below,
+    // so repeating a failed delete finishes it.
+    let took_it = if cimd::is_url_client_id(id.as_str()) {
         match app.clients.block(id).await {
-            Ok(true) => {}
-            // Already blocked (deleted before), or not a URL that could ever be fetched.
-            Ok(false) | Err(ClientsError::Document(_)) => {
+            Ok(newly) => newly,
+            // Not a URL that could ever be fetched: nothing of it can exist.
+            Err(ClientsError::Document(_) | ClientsError::Fetch(_)) => {
                 return Err(AdminError::NotFound("client"));
             }
             Err(ClientsError::Store(e)) => return Err(e.into()),
-            Err(ClientsError::Fetch(_)) => return Err(AdminError::NotFound("client")),
         }
-    } else {
-        if app
-            .store
-            .get(Keyspace::Clients, id.as_str())
-            .await?
-            .is_none()
-        {
-            return Err(AdminError::NotFound("client"));
-        }
+    } else if app
+        .store
+        .get(Keyspace::Clients, id.as_str())
+        .await?
+        .is_some()
+    {
         app.store.remove(Keyspace::Clients, id.as_str()).await?;
-    }
+        true
+    } else {
+        false
+    };
     let mut consents = 0;
     let mut users = consents_of_client(app, id).await?;
     users.dedup();
@@ -366,6 +368,9 @@ pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Rev
         if &client == id && token::revoke_family(app, &fam).await? {
             revoked += 1;
         }
+    }
+    if !took_it && consents == 0 && revoked == 0 {
+        return Err(AdminError::NotFound("client"));
     }
     app.audit
         .record(AuditEvent::ClientDeleted {
