@@ -92,10 +92,36 @@ async fn fresh_client_getting_a_code_for_a_new_host_raises_an_alert() {
     let kinds: Vec<&str> = ev.iter().map(|r| r.kind.as_str()).collect();
     let code = kinds.iter().position(|k| *k == "code_issued").unwrap();
     assert_eq!(kinds[code + 1], "alert_raised", "raised with the code");
-    // Once someone else approved that host, a fresh client there is no longer flagged.
+    // One earlier approver is not enough (the consent page's rule: two distinct people).
     let again = Client::register(&proxy, "Second", "https://brand-new-host.example/cb").await;
     again.tokens(&proxy, &Browser::new(), "bob").await;
+    assert_eq!(
+        alerts(&proxy).await,
+        ["fresh_client_new_host", "fresh_client_new_host"]
+    );
+    // Once two other people approved that host, a fresh client there is no longer flagged.
+    let third = Client::register(&proxy, "Third", "https://brand-new-host.example/cb").await;
+    third.tokens(&proxy, &Browser::new(), "mallory").await;
+    assert_eq!(
+        alerts(&proxy).await,
+        ["fresh_client_new_host", "fresh_client_new_host"]
+    );
+}
+
+/// The attacker approves their own fresh phishing client first, so its host has an approver
+/// before any victim arrives: the victim's code still raises the alert.
+#[tokio::test]
+async fn attacker_approving_their_own_fresh_client_first_does_not_silence_the_alert() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Totally Legit", "https://phish.example/cb").await;
+    c.tokens(&proxy, &Browser::new(), "mallory").await;
     assert_eq!(alerts(&proxy).await, ["fresh_client_new_host"]);
+    c.tokens(&proxy, &Browser::new(), "alice").await;
+    assert_eq!(
+        alerts(&proxy).await,
+        ["fresh_client_new_host", "fresh_client_new_host"],
+        "the victim's code is flagged too"
+    );
 }
 
 #[tokio::test]

@@ -294,12 +294,25 @@ const KNOWN_HOST_APPROVERS: usize = 2;
 /// Approvers remembered per host.
 const MAX_REMEMBERED_APPROVERS: usize = 8;
 
+/// Whether a redirect host counts as known: at least [`KNOWN_HOST_APPROVERS`] distinct
+/// people approved clients sending access there, not counting `excluding` (the person
+/// approving now). The one rule for the consent page's warning and for detection, so one
+/// person approving their own phishing client can silence neither.
+pub(crate) fn host_known(rec: &SeenHostRecord, excluding: Option<&str>) -> bool {
+    rec.approvers
+        .iter()
+        .filter(|a| Some(a.as_str()) != excluding)
+        .count()
+        >= KNOWN_HOST_APPROVERS
+}
+
 async fn host_is_known(app: &App, host: &str) -> Result<bool, FlowError> {
     let rec: Option<SeenHostRecord> = app
         .store
         .get_json(Keyspace::SeenRedirectHosts, host)
         .await?;
-    Ok(rec.is_some_and(|r| r.approvers.len() >= KNOWN_HOST_APPROVERS))
+    // The person is not known yet on the consent page (they sign in at GitHub after it).
+    Ok(rec.is_some_and(|r| host_known(&r, None)))
 }
 
 /// Records that `user` approved a client sending access to `host`.

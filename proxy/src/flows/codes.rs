@@ -64,7 +64,8 @@ async fn code_issue_facts(
         consent_on_record: on_record,
         client_age_secs: client.map(|c| app.clock.now().since(c.registered_at)),
         loopback: redirect.is_loopback(),
-        host_seen_before: seen.is_some_and(|s| s.approvers.iter().any(|a| *a != me)),
+        // The callback noted this person as an approver already: count only the others.
+        host_seen_before: seen.is_some_and(|s| super::authorize::host_known(&s, Some(&me))),
         redirect_host: host,
     })
 }
