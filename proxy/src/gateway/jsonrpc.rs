@@ -53,6 +53,21 @@ fn declares_url(caps: Option<&Value>) -> bool {
         .is_some_and(Value::is_object)
 }
 
+/// Longest tool name kept for the audit trail, in characters: the MCP specification asks
+/// for names of 1 to 128 characters.
+pub const MAX_TOOL_NAME_CHARS: usize = 128;
+
+/// The tool name as recorded: a caller controls it, and it goes into the stored trail, the
+/// audit log line and the webhook queue (bounded by entries, not bytes), so a name of
+/// megabytes is cut to [`MAX_TOOL_NAME_CHARS`] and marked with "…". The request itself is
+/// forwarded unchanged.
+fn tool_for_audit(name: &str) -> String {
+    match name.char_indices().nth(MAX_TOOL_NAME_CHARS) {
+        Some((cut, _)) => format!("{}…", name.get(..cut).unwrap_or_default()),
+        None => name.to_owned(),
+    }
+}
+
 /// Reads an inbound body. Anything that is not a single JSON object yields the default (the
 /// backend decides what to do with it; the gateway only forwards).
 pub fn inspect_request(body: &[u8]) -> Inbound {
@@ -71,7 +86,7 @@ pub fn inspect_request(body: &[u8]) -> Inbound {
             params
                 .and_then(|p| p.get("name"))
                 .and_then(Value::as_str)
-                .map(str::to_owned)
+                .map(tool_for_audit)
         } else {
             None
         },
@@ -291,6 +306,26 @@ mod tests {
         assert!(inspect_request(url).init_declares_url_elicitation);
         let form_only = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#;
         assert!(!inspect_request(form_only).init_declares_url_elicitation);
+    }
+
+    #[test]
+    fn megabyte_tool_name_is_cut_for_the_audit_trail_at_a_character_boundary() {
+        let long = "é".repeat(1_000_000);
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": long}})
+        .to_string();
+        let tool = inspect_request(body.as_bytes()).tool.unwrap();
+        assert_eq!(tool.chars().count(), MAX_TOOL_NAME_CHARS + 1);
+        assert!(tool.ends_with('…'));
+        assert!(tool.starts_with("éé"));
+        let exact = "t".repeat(MAX_TOOL_NAME_CHARS);
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": exact}})
+        .to_string();
+        assert_eq!(
+            inspect_request(body.as_bytes()).tool.as_deref(),
+            Some(exact.as_str())
+        );
     }
 
     #[test]
