@@ -156,4 +156,6 @@ async fn numeric_host_tricks_are_refused_before_resolution_or_connection() {
         "literals are never resolved"
     );
     assert_eq!(pit.connections(), 0);
+    assert_eq!(proxy.count(Keyspace::CimdClients).await, 0);
+    assert_eq!(proxy.count(Keyspace::Transactions).await, 0);
 }

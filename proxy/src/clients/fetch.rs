@@ -194,11 +194,15 @@ impl Fetcher {
         let addrs = match url.host() {
             Some(Host::Ipv4(ip)) => vec![SocketAddr::new(IpAddr::V4(ip), port)],
             Some(Host::Ipv6(ip)) => vec![SocketAddr::new(IpAddr::V6(ip), port)],
-            Some(Host::Domain(name)) => self
-                .resolver
-                .resolve(name, port)
-                .await
-                .map_err(|_| FetchError::Unresolvable)?,
+            // The lookup has the fetch's time limit too (the system resolver can hang for as
+            // long as resolv.conf allows). Running out of it is a passing trouble, not a bad
+            // client: `Unreachable`, so `/token` answers 503 and a stored copy stands in.
+            Some(Host::Domain(name)) => {
+                tokio::time::timeout(self.policy.timeout, self.resolver.resolve(name, port))
+                    .await
+                    .map_err(|_| FetchError::Unreachable)?
+                    .map_err(|_| FetchError::Unresolvable)?
+            }
             None => return Err(FetchError::Unresolvable),
         };
         if addrs.is_empty() {
@@ -503,6 +507,34 @@ mod tests {
         async fn resolve(&self, _h: &str, _p: u16) -> std::io::Result<Vec<SocketAddr>> {
             Ok(self.0.clone())
         }
+    }
+
+    struct Hanging;
+    #[async_trait]
+    impl Resolver for Hanging {
+        async fn resolve(&self, _h: &str, _p: u16) -> std::io::Result<Vec<SocketAddr>> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_name_lookup_ends_at_the_fetch_timeout_as_a_passing_failure() {
+        let f = Fetcher::new(
+            Arc::new(Hanging),
+            FetchPolicy {
+                timeout: Duration::from_secs(1),
+                per_minute: 10,
+                per_ip_per_minute: 3,
+                allow_loopback: false,
+            },
+        );
+        let url = Url::parse("https://slow-dns.example/c").unwrap();
+        let err = f.checked_addresses(&url).await.unwrap_err();
+        assert_eq!(err, FetchError::Unreachable);
+        assert!(
+            err.is_temporary(),
+            "503 and the stored copy, never invalid_client"
+        );
     }
 
     fn fetcher(addrs: &[&str], per_minute: u32) -> Fetcher {
