@@ -296,6 +296,9 @@ impl axum::serve::Listener for TlsListener {
             // At the cap, leave new connections in the kernel backlog: they are served once a
             // slot frees (at the latest after the handshake timeout) instead of being closed.
             let room = self.handshakes.len() < self.limits.max_pending;
+            // `select!` panics when every branch is disabled. Never here: without room,
+            // `handshakes.len() >= max_pending >= 1` (`listener_with` clamps it to at least
+            // 1), so the second branch is enabled.
             tokio::select! {
                 accepted = self.tcp.accept(), if room => match accepted {
                     Ok((tcp, peer)) => self.start_handshake(tcp, peer),

@@ -207,7 +207,24 @@ async fn identical_registration_from_another_address_evicts_nothing() {
     let a = register_as(&proxy, Some("203.0.113.5"), None, &b).await;
     let other = register_as(&proxy, Some("198.51.100.5"), None, &b).await;
     assert_eq!((a.status, other.status), (201, 201));
-    assert!(exists(&proxy, a.json["client_id"].as_str().unwrap()).await);
+    let (a, other) = (
+        a.json["client_id"].as_str().unwrap().to_owned(),
+        other.json["client_id"].as_str().unwrap().to_owned(),
+    );
+    // Past the authorization window each is its address's one kept registration: neither
+    // counted against the other's address.
+    proxy.clock.advance(AUTHORIZATION_WINDOW_SECS);
+    proxy.app.store.sweep_expired().await.unwrap();
+    assert!(exists(&proxy, &a).await);
+    assert!(exists(&proxy, &other).await);
+    // A further one from the second address evicts that address's own, never the first's.
+    let third = register_as(&proxy, Some("198.51.100.5"), None, &b).await;
+    assert_eq!(third.status, 201, "{:?}", third.json);
+    assert!(
+        exists(&proxy, &a).await,
+        "another address's registration was evicted"
+    );
+    assert!(!exists(&proxy, &other).await);
     assert_eq!(proxy.count(Keyspace::Clients).await, 2);
 }
 

@@ -878,7 +878,8 @@ impl Config {
                 }
                 Some(StoreConfig::Sled {
                     path: p.clone(),
-                    cache_bytes: mb * 1024 * 1024,
+                    // Saturating: an out-of-range value was reported above and never used.
+                    cache_bytes: mb.saturating_mul(1024 * 1024),
                 })
             }
             (None, Some(url)) => {

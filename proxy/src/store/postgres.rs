@@ -16,7 +16,7 @@ use super::{Keyspace, Store, StoreError, Versioned};
 use crate::clock::{SharedClock, UnixTime};
 
 /// Versioned schema migrations, applied in order at start (under an advisory lock, so
-/// replicas starting together do not race) and by `mcp-oauth-proxy store migrate`.
+/// replicas starting together do not race) and by `mcp-oauth-proxy store-migrate`.
 const MIGRATIONS: &[(i32, &str)] = &[(
     1,
     r#"
