@@ -71,8 +71,11 @@ mod e2e {
     mod real_client;
 }
 
-/// Operations: TLS with certificate reload, graceful shutdown of the real binary.
+/// Operations: TLS with certificate reload, graceful shutdown of the real binary, the demo's
+/// ports, the deployment assets.
 mod ops {
+    mod demo;
+    mod deploy;
     mod shutdown;
     mod tls;
 }

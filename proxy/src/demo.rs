@@ -1,8 +1,13 @@
 //! `mcp-oauth-proxy demo`: the embedded default, offline. A fake GitHub (test users alice,
 //! mallory and bob), the proxy with sled in a temporary directory and generated keys, all on
 //! loopback.
+//!
+//! The demo never fails on a port it chose itself: its default proxy and admin ports (8080 and
+//! 9090, the ones a person expects) fall back to free ones when taken (9090 is Prometheus' own
+//! default), and the URLs it prints are the ones it really uses. Addresses given with
+//! `--listen` / `--admin-listen` are bound exactly or the start fails, naming them.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use mcp_examples::backend::{BackendConfig, DemoBackend, ExchangeConfig};
@@ -12,11 +17,44 @@ use crate::clock::SystemClock;
 use crate::config::{Config, Env};
 use crate::run::{self, StartError};
 
+/// The proxy's port when nothing else holds it.
+pub const DEFAULT_PORT: u16 = 8080;
+/// The admin listener's port when nothing else holds it.
+pub const DEFAULT_ADMIN_PORT: u16 = 9090;
+
 /// Demo settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct DemoOptions {
-    /// Where the proxy listens.
-    pub listen: SocketAddr,
+    /// Where the proxy listens; `None`: 127.0.0.1:8080, or a free port when that is taken.
+    pub listen: Option<SocketAddr>,
+    /// Where the admin listener listens; `None`: 127.0.0.1:9090, or a free port when taken.
+    pub admin_listen: Option<SocketAddr>,
+}
+
+/// Binds the address the person asked for exactly, or the default port on loopback, falling
+/// back to a free one when something else holds it.
+async fn bind_demo_port(
+    asked: Option<SocketAddr>,
+    default_port: u16,
+) -> Result<tokio::net::TcpListener, StartError> {
+    if let Some(addr) = asked {
+        return run::bind_exactly(addr).await;
+    }
+    let preferred = SocketAddr::from((Ipv4Addr::LOCALHOST, default_port));
+    match tokio::net::TcpListener::bind(preferred).await {
+        Ok(l) => Ok(l),
+        Err(e) => {
+            tracing::info!(%preferred, error = %e, "demo: default port taken; using a free one");
+            run::bind_exactly(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await
+        }
+    }
+}
+
+/// The address a bound listener really has.
+fn bound(listener: &tokio::net::TcpListener) -> Result<SocketAddr, StartError> {
+    listener
+        .local_addr()
+        .map_err(|e| StartError::Demo(format!("listener address: {e}")))
 }
 
 struct NoEnv;
@@ -29,8 +67,15 @@ impl Env for NoEnv {
 /// Runs the demo until Ctrl-C.
 pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
     crate::install_crypto_provider();
+    // Ports first: the public URL, GitHub's callback and the backend's token URL name them.
+    let listeners = run::Listeners {
+        main: bind_demo_port(opts.listen, DEFAULT_PORT).await?,
+        admin: bind_demo_port(opts.admin_listen, DEFAULT_ADMIN_PORT).await?,
+    };
+    let listen = bound(&listeners.main)?;
+    let admin_listen = bound(&listeners.admin)?;
     let dir = tempfile::tempdir().map_err(|e| StartError::Keys(e.to_string()))?;
-    let public_url = format!("http://{}", opts.listen);
+    let public_url = format!("http://{listen}");
     let client_id = "demo-client-id";
     let client_secret = "demo-client-secret";
     let github = FakeGitHub::start(FakeGitHubConfig::demo(
@@ -72,13 +117,14 @@ token_url = "{token}"
 api_url = "{api}"
 [store]
 path = "{store}"
+[admin]
+listen = "{admin_listen}"
 [backend]
 url = "{backend}"
 auth = "exchange"
 exchange_client_id = "demo-backend"
 exchange_client_secret = "{backend_secret}"
 "#,
-        listen = opts.listen,
         authorize = github.authorize_url(),
         token = github.token_url(),
         api = github.api_url(),
@@ -92,9 +138,9 @@ exchange_client_secret = "{backend_secret}"
         gh = github.base_url(),
         be = backend.url(),
         store = dir.path().display(),
-        admin = app.config.admin.listen,
+        admin = admin_listen,
     );
-    let result = run::serve_on(opts.listen, app, run::shutdown_signal()).await;
+    let result = run::serve_on(listeners, app, run::shutdown_signal()).await;
     backend.shutdown().await;
     github.shutdown().await;
     drop(dir);

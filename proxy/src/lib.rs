@@ -14,6 +14,7 @@ pub mod config;
 pub mod cookies;
 pub mod crypto;
 pub mod csrf;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod flows;
 pub mod gateway;

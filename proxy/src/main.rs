@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mcp_oauth_proxy::config::{Config, ProcessEnv};
-use mcp_oauth_proxy::{demo, run};
+use mcp_oauth_proxy::run;
 
 /// EX_CONFIG-style exit code for configuration errors (sysexits EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
@@ -15,7 +15,8 @@ const EXIT_CONFIG: u8 = 64;
 #[derive(Parser)]
 #[command(
     name = "mcp-oauth-proxy",
-    version,
+    // The commit too: an operator reporting a problem can say exactly what runs (build.rs).
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MCP_OAUTH_PROXY_COMMIT"), ")"),
     about = "OAuth 2.1 authorization server for MCP clients, in front of GitHub"
 )]
 struct Cli {
@@ -47,10 +48,16 @@ enum Command {
         config: PathBuf,
     },
     /// Run the offline demo: fake GitHub, proxy, temporary store, all on loopback.
+    #[cfg(feature = "demo")]
     Demo {
-        /// Where the proxy listens.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: std::net::SocketAddr,
+        /// Where the proxy listens [default: 127.0.0.1:8080, or a free port when it is taken].
+        /// An address given here is used exactly: the start fails if it is taken.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Where the admin listener (metrics, health) listens [default: 127.0.0.1:9090, or a
+        /// free port when it is taken]. Used exactly when given.
+        #[arg(long)]
+        admin_listen: Option<std::net::SocketAddr>,
     },
     /// Talk to a running proxy's admin API (clients, consents, grants, audit).
     Admin(mcp_oauth_proxy::cli::admin::AdminArgs),
@@ -96,7 +103,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         },
-        Command::Demo { .. } | Command::Admin(_) => None,
+        #[cfg(feature = "demo")]
+        Command::Demo { .. } => None,
+        Command::Admin(_) => None,
     };
     if let Command::CheckConfig { .. } = cli.command {
         println!("configuration is valid");
@@ -128,7 +137,20 @@ fn main() -> ExitCode {
                     .await
                     .map(|_| println!("schema is up to date"))
             }
-            (Command::Demo { listen }, _) => demo::run(demo::DemoOptions { listen }).await,
+            #[cfg(feature = "demo")]
+            (
+                Command::Demo {
+                    listen,
+                    admin_listen,
+                },
+                _,
+            ) => {
+                mcp_oauth_proxy::demo::run(mcp_oauth_proxy::demo::DemoOptions {
+                    listen,
+                    admin_listen,
+                })
+                .await
+            }
             _ => Ok(()),
         }
     });

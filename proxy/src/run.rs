@@ -117,11 +117,38 @@ pub fn spawn_sweeper(app: &App) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Binds the main and the admin listener and serves `app` (over TLS when configured) until
-/// `shutdown`; then both stop accepting, the main one drains within the grace period (see
-/// `shutdown.rs`), and the store is flushed.
+/// The two bound listeners: the public one and the admin one (metrics, health, admin API).
+#[derive(Debug)]
+pub struct Listeners {
+    /// Where MCP clients, browsers and backends connect.
+    pub main: tokio::net::TcpListener,
+    /// The admin listener.
+    pub admin: tokio::net::TcpListener,
+}
+
+impl Listeners {
+    /// Binds exactly these addresses; an address that is taken is an error naming it (an
+    /// operator who asked for a port must hear that it is not theirs, never get another one).
+    pub async fn bind(main: SocketAddr, admin: SocketAddr) -> Result<Self, StartError> {
+        Ok(Self {
+            main: bind_exactly(main).await?,
+            admin: bind_exactly(admin).await?,
+        })
+    }
+}
+
+/// Binds `addr` or says which address could not be had.
+pub async fn bind_exactly(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| StartError::Bind { addr, error })
+}
+
+/// Serves `app` on the bound `listeners` (over TLS when configured) until `shutdown`; then
+/// both stop accepting, the main one drains within the grace period (see `shutdown.rs`), and
+/// the store is flushed.
 pub async fn serve_on(
-    addr: SocketAddr,
+    listeners: Listeners,
     app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
@@ -131,16 +158,12 @@ pub async fn serve_on(
         .as_ref()
         .map(crate::tls::Tls::new)
         .transpose()?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|error| StartError::Bind { addr, error })?;
+    let Listeners {
+        main: listener,
+        admin: admin_listener,
+    } = listeners;
+    let addr = listener.local_addr().unwrap_or(app.config.listen);
     let admin_addr = app.config.admin.listen;
-    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
-        .await
-        .map_err(|error| StartError::Bind {
-            addr: admin_addr,
-            error,
-        })?;
     // Before serving: from here on a SIGHUP reloads instead of terminating the process.
     #[cfg(unix)]
     let reloader = crate::shutdown::reload_on_sighup(tls.clone());
@@ -226,9 +249,9 @@ pub async fn serve_on(
 
 /// `serve`: the production entry point.
 pub async fn serve(config: Config) -> Result<(), StartError> {
-    let addr = config.listen;
     let app = prepare(config, Arc::new(SystemClock)).await?;
-    serve_on(addr, app, shutdown_signal()).await
+    let listeners = Listeners::bind(app.config.listen, app.config.admin.listen).await?;
+    serve_on(listeners, app, shutdown_signal()).await
 }
 
 /// Resolves on SIGTERM or SIGINT.

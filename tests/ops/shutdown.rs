@@ -39,13 +39,16 @@ pub(super) struct Process {
 impl Process {
     /// Starts `serve --config <config>`.
     pub fn start(config: &Path) -> Process {
-        let log = config.with_extension("log");
+        let args = ["serve".as_ref(), "--config".as_ref(), config.as_os_str()];
+        Process::run(&args, config.with_extension("log"))
+    }
+
+    /// Starts the binary with `args`, its output (stdout and stderr) going to `log`.
+    pub fn run(args: &[&std::ffi::OsStr], log: PathBuf) -> Process {
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
         let child = Command::new(proxy_binary())
-            .arg("serve")
-            .arg("--config")
-            .arg(config)
+            .args(args)
             .env("RUST_LOG", "info")
             .env_remove("MCP_OAUTH_PROXY_LOG_JSON")
             .stdin(Stdio::null())
