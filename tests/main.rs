@@ -44,7 +44,7 @@ mod clients {
     mod warnings;
 }
 
-/// Connect links, refusals by protocol version, and token exchange (DESIGN.md §5–7).
+/// Connect links, refusals by protocol version, and token exchange (docs/DESIGN.md §5–7).
 mod connect {
     mod exchange;
     mod links;

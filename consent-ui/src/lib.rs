@@ -1,6 +1,6 @@
 //! Server-rendered pages of mcp-oauth-proxy: the per-client consent page, error and message
 //! pages, and the account page. Enforces the *content* half of the "Consent page content"
-//! binding (DESIGN.md §3): every value is autoescaped by askama, and pages need no inline
+//! binding (docs/DESIGN.md §3): every value is autoescaped by askama, and pages need no inline
 //! style or script, so they run under `default-src 'none'; style-src 'self'`.
 //!
 //! This crate does no I/O, crypto, cookies or time. View structs carry display-safe,

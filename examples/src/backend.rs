@@ -31,10 +31,10 @@
 //! the proxy.
 //!
 //! **Exchange mode** ([`DemoBackend::start_with_exchange`], the proxy's `[backend] auth =
-//! "exchange"`, DESIGN.md §7): the received token is a short-lived proxy token (`mcpbt_…`), not a
+//! "exchange"`, docs/DESIGN.md §7): the received token is a short-lived proxy token (`mcpbt_…`), not a
 //! GitHub token. `whoami` and `list_repos` trade it at the proxy's token endpoint (RFC 8693) for
 //! the person's GitHub token and use that; nothing else needs GitHub. When the proxy refuses
-//! with a connect link, the backend relays it as DESIGN.md §5 says: `-32042` to a 2025-11-25
+//! with a connect link, the backend relays it as docs/DESIGN.md §5 says: `-32042` to a 2025-11-25
 //! session that declared URL elicitation, an `input_required` result with a single-use
 //! `requestState` to a 2026-07-28 request that declared it, a tool error with the link to anyone
 //! else. Every attempt is listed by [`DemoBackend::exchanges`].

@@ -1,4 +1,4 @@
-//! Exchange mode (DESIGN.md §7): the backend never receives a GitHub token. It trades the
+//! Exchange mode (docs/DESIGN.md §7): the backend never receives a GitHub token. It trades the
 //! proxy-minted token it was given (`mcpbt_…`) for the person's GitHub token at the proxy's
 //! token endpoint (RFC 8693), authenticating as the confidential client the operator configured,
 //! and it understands the proxy's connect-link refusal (`400 invalid_grant` with `connect_uri`).
@@ -14,7 +14,7 @@ use super::AppState;
 pub const GRANT_TYPE_TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 /// RFC 8693 §3: the type of both the subject token and the issued token.
 pub const TOKEN_TYPE_ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
-/// The `reason`s of a connect-link refusal (DESIGN.md §6: connect, allow, reconnect).
+/// The `reason`s of a connect-link refusal (docs/DESIGN.md §6: connect, allow, reconnect).
 pub const REFUSAL_REASONS: [&str; 3] = ["connect_required", "allow_required", "reconnect_required"];
 
 /// How the backend reaches the proxy's token endpoint in exchange mode.
@@ -187,7 +187,7 @@ fn success(body: &Value) -> Option<Exchanged> {
         .then(|| Exchanged::Token(token.to_owned()))
 }
 
-/// DESIGN.md §7: `invalid_grant` with a known `reason` and a usable link.
+/// docs/DESIGN.md §7: `invalid_grant` with a known `reason` and a usable link.
 fn refusal(body: &Value) -> Option<Exchanged> {
     let text = |name: &str| {
         body.get(name)

@@ -1,4 +1,4 @@
-//! Relaying a connect-link refusal to the MCP client (DESIGN.md §5), by protocol version and
+//! Relaying a connect-link refusal to the MCP client (docs/DESIGN.md §5), by protocol version and
 //! declared capability:
 //!
 //! * 2025-11-25 whose session declared `elicitation.url`: JSON-RPC error `-32042` with one URL

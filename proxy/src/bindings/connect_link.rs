@@ -1,4 +1,4 @@
-//! Binding: a connect link ↔ the person it was made for (DESIGN.md §6). A link is
+//! Binding: a connect link ↔ the person it was made for (docs/DESIGN.md §6). A link is
 //! `/connect/<code>`: 32 bytes derived from its id with a key used for nothing else, stored
 //! only as a hash, pointing to (person, agent, service, kind). One open link per person, agent
 //! and service: asking again returns the same link; a different kind replaces it and the old

@@ -1,4 +1,4 @@
-//! One module per security binding (DESIGN.md §3). Each passed check returns a value only its
+//! One module per security binding (docs/DESIGN.md §3). Each passed check returns a value only its
 //! module can construct, and the next step takes it by value:
 //!
 //! | binding | module | witness |

@@ -295,7 +295,7 @@ pub struct Config {
     pub admin: admin::AdminConfig,
 }
 
-/// Connect links (DESIGN.md §6).
+/// Connect links (docs/DESIGN.md §6).
 #[derive(Debug, Clone)]
 pub struct ConnectPolicy {
     /// How long a link stays open (housekeeping; the opener check is the protection).

@@ -1,4 +1,4 @@
-//! RFC 8693 token exchange for backends (DESIGN.md §7). An exchange-mode backend receives a
+//! RFC 8693 token exchange for backends (docs/DESIGN.md §7). An exchange-mode backend receives a
 //! short-lived token of this server instead of the client's; when a tool needs GitHub it
 //! exchanges that token here, authenticating as the confidential client the operator
 //! configured (registered MCP clients can never use this grant), for the person's GitHub

@@ -1,5 +1,5 @@
 //! The connect-link refusal of a `tools/call`, in the shape each client understands
-//! (DESIGN.md §5): a 2025-x client that declared URL elicitation gets JSON-RPC error -32042; a
+//! (docs/DESIGN.md §5): a 2025-x client that declared URL elicitation gets JSON-RPC error -32042; a
 //! 2026-07-28 client that declared it gets an `input_required` result with a `requestState`;
 //! every other client gets a tool result with `isError: true` whose text carries the link.
 //! Never -32042 to a 2026-07-28 client; never a URL elicitation to a client that did not ask.

@@ -2,7 +2,7 @@
 //! the Basic credentials and the form exactly) and the crate's fake GitHub, which refuses any
 //! request carrying an `mcpbt_` token.
 //!
-//! Relaying of connect-link refusals per DESIGN.md §5: `-32042` only to a 2025-11-25 session that
+//! Relaying of connect-link refusals per docs/DESIGN.md §5: `-32042` only to a 2025-11-25 session that
 //! declared URL elicitation, `input_required` + single-use `requestState` only to a 2026-07-28
 //! request that declared it, a tool error with the link to everyone else.
 
@@ -390,7 +390,7 @@ fn assert_github_never_saw_the_proxy_token(gh: &FakeGitHub) {
 
 // ---------------------------------------------------------------- tests
 
-/// DESIGN.md §7: the tool exchanges the received `mcpbt_` token (RFC 8693, Basic client
+/// docs/DESIGN.md §7: the tool exchanges the received `mcpbt_` token (RFC 8693, Basic client
 /// authentication per RFC 6749 §2.3.1) and calls GitHub with the `gho_` token it gets back.
 #[tokio::test]
 async fn exchange_success_calls_github_with_the_exchanged_token_only() {
@@ -494,7 +494,7 @@ async fn exchange_success_calls_github_with_the_exchanged_token_only() {
     assert_github_never_saw_the_proxy_token(&w.gh);
 }
 
-/// DESIGN.md §5, 2025-11-25 with `elicitation.url`: JSON-RPC error -32042 whose single URL
+/// docs/DESIGN.md §5, 2025-11-25 with `elicitation.url`: JSON-RPC error -32042 whose single URL
 /// elicitation carries the connect id as `elicitationId`.
 #[tokio::test]
 async fn refusal_to_a_2025_11_25_session_with_url_elicitation_is_error_32042() {
@@ -539,7 +539,7 @@ async fn refusal_to_a_2025_11_25_session_with_url_elicitation_is_error_32042() {
     assert_github_never_saw_the_proxy_token(&w.gh);
 }
 
-/// DESIGN.md §5, 2026-07-28 with `elicitation.url`: an `input_required` result with a
+/// docs/DESIGN.md §5, 2026-07-28 with `elicitation.url`: an `input_required` result with a
 /// `requestState`; the retry carrying it runs the tool again; states are single use.
 #[tokio::test]
 async fn refusal_to_2026_with_url_elicitation_is_input_required_and_the_retry_succeeds() {
@@ -647,7 +647,7 @@ async fn refusal_to_2026_with_url_elicitation_is_input_required_and_the_retry_su
     assert_github_never_saw_the_proxy_token(&w.gh);
 }
 
-/// DESIGN.md §5, last row: a client that did not declare URL elicitation (or cannot, before
+/// docs/DESIGN.md §5, last row: a client that did not declare URL elicitation (or cannot, before
 /// 2025-11-25) gets a tool error whose text is the message and the link.
 #[tokio::test]
 async fn refusal_without_url_elicitation_is_a_tool_error_with_the_link() {
