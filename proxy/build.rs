@@ -26,8 +26,8 @@ fn main() {
         println!("cargo:rerun-if-changed={dir}/packed-refs");
         if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"]) {
             // In a worktree, branch refs live in the common dir.
-            let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
-                .unwrap_or(dir);
+            let common =
+                git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]).unwrap_or(dir);
             println!("cargo:rerun-if-changed={common}/{reference}");
         }
     }

@@ -61,7 +61,12 @@ async fn demo_starts_while_8080_and_9090_are_taken_and_prints_the_urls_it_really
     let doc: serde_json::Value = http.get(prm).send().await.unwrap().json().await.unwrap();
     assert_eq!(doc["resource"], mcp.as_str());
     // An unauthenticated MCP request gets the 401 that starts discovery.
-    let r = http.post(mcp.clone()).json(&serde_json::json!({})).send().await.unwrap();
+    let r = http
+        .post(mcp.clone())
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     // The printed admin listener answers.
     let mut health = metrics.clone();
@@ -89,6 +94,9 @@ async fn demo_with_a_taken_listen_address_fails_naming_it_instead_of_moving() {
             log.contains(&format!("listen on {addr}")) && log.contains("in use"),
             "{flag}: the error names the address:\n{log}"
         );
-        assert!(!log.contains("MCP server URL"), "{flag}: nothing was served:\n{log}");
+        assert!(
+            !log.contains("MCP server URL"),
+            "{flag}: nothing was served:\n{log}"
+        );
     }
 }

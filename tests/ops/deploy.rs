@@ -13,7 +13,9 @@ use crate::support::binary::proxy_binary;
 const CREDENTIALS: &str = "/run/credentials/mcp-oauth-proxy.service/";
 
 fn repo_file(path: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -40,7 +42,10 @@ fn production_example_config_passes_check_config_with_its_credentials_in_place()
     let config = repo_file("deploy/proxy.toml");
     let unit = repo_file("deploy/systemd/mcp-oauth-proxy.service");
     let names = credentials_read(&config);
-    assert!(!names.is_empty(), "the example reads its secrets from credentials");
+    assert!(
+        !names.is_empty(),
+        "the example reads its secrets from credentials"
+    );
     assert_eq!(
         names,
         credentials_loaded(&unit),
