@@ -125,6 +125,23 @@ pub struct ErrorPage {
     pub request_id: String,
 }
 
+/// A GitHub account this server does not admit (`[access]`): who the server is for, or the
+/// link to authorize the app for an organisation's SAML single sign-on. Status 403.
+#[derive(Clone, Debug, PartialEq, Eq, Template)]
+#[template(path = "not_admitted.html")]
+pub struct NotAdmittedPage {
+    /// Headline and `<title>`.
+    pub title: String,
+    /// Why, in words ("This server is for members of acme.").
+    pub message: String,
+    /// The GitHub login that signed in.
+    pub login: String,
+    /// The organisation whose SSO must authorize the app (with `sso_url`).
+    pub org: String,
+    /// GitHub's SSO authorization link, already checked to point at GitHub.
+    pub sso_url: Option<String>,
+}
+
 /// A neutral information page, e.g. "Signed out" or "You can close this tab and go back to your
 /// agent".
 #[derive(Clone, Debug, PartialEq, Eq, Template)]
@@ -330,6 +347,18 @@ mod tests {
                 MessagePage {
                     title: "Signed out".to_owned(),
                     message: "You can close this tab.".to_owned(),
+                }
+                .render()
+                .unwrap(),
+            ),
+            (
+                "not-admitted",
+                NotAdmittedPage {
+                    title: "This server is for acme".to_owned(),
+                    message: "This server is for members of acme.".to_owned(),
+                    login: "mallory".to_owned(),
+                    org: "acme".to_owned(),
+                    sso_url: Some("https://github.com/orgs/acme/sso?x=1".to_owned()),
                 }
                 .render()
                 .unwrap(),

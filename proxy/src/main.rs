@@ -108,6 +108,9 @@ fn main() -> ExitCode {
         Command::Admin(_) => None,
     };
     if let Command::CheckConfig { .. } = cli.command {
+        for w in config.iter().flat_map(Config::warnings) {
+            eprintln!("warning: {w}");
+        }
         println!("configuration is valid");
         return ExitCode::SUCCESS;
     }

@@ -249,6 +249,9 @@ pub async fn serve_on(
 
 /// `serve`: the production entry point.
 pub async fn serve(config: Config) -> Result<(), StartError> {
+    for w in config.warnings() {
+        tracing::warn!("{w}");
+    }
     let app = prepare(config, Arc::new(SystemClock)).await?;
     let listeners = Listeners::bind(app.config.listen, app.config.admin.listen).await?;
     serve_on(listeners, app, shutdown_signal()).await

@@ -311,6 +311,24 @@ pub enum AuditEvent {
         /// Families revoked.
         families: usize,
     },
+    /// Someone GitHub identified is not admitted by `[access]`: refused at sign-in before any
+    /// session, grant, consent or code; the token minted for the sign-in was revoked at GitHub.
+    SignInRefused {
+        /// Person.
+        user_id: UserId,
+        /// GitHub login.
+        login: String,
+        /// `outside` (no rule admits them) or `sso_required` (an org's SAML SSO hides it).
+        reason: &'static str,
+    },
+    /// A person no longer belongs (left the org or team, or is no longer listed): every token
+    /// of theirs was revoked, and their GitHub grant too.
+    AccessLost {
+        /// Person.
+        user_id: UserId,
+        /// Refresh families revoked.
+        families: usize,
+    },
     /// A detection rule fired (see `detect`): something an operator should look at now.
     AlertRaised {
         /// Which rule.
@@ -360,6 +378,8 @@ pub const KINDS: &[&str] = &[
     "token_exchanged",
     "token_exchange_refused",
     "client_access_revoked",
+    "sign_in_refused",
+    "access_lost",
     "alert_raised",
 ];
 
@@ -577,9 +597,11 @@ mod tests {
             E::AlertRaised { .. } => 30,
             E::RegistrationRefused { .. } => 31,
             E::ClientUnblocked { .. } => 32,
+            E::SignInRefused { .. } => 33,
+            E::AccessLost { .. } => 34,
         }
     }
-    const VARIANTS: usize = 33;
+    const VARIANTS: usize = 35;
 
     /// One value of every variant.
     fn samples() -> Vec<AuditEvent> {
@@ -605,6 +627,15 @@ mod tests {
                 families: 0,
             },
             AuditEvent::ClientUnblocked { client_id: c() },
+            AuditEvent::SignInRefused {
+                user_id: u(),
+                login: s(),
+                reason: "outside",
+            },
+            AuditEvent::AccessLost {
+                user_id: u(),
+                families: 0,
+            },
             AuditEvent::GrantRevokedByAdmin {
                 user_id: u(),
                 families: 0,

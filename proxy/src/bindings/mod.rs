@@ -12,9 +12,11 @@
 //! | no passthrough | [`upstream_auth`] | `BackendCredential` |
 //! | session binding | [`session_binding`] | `SessionBound` |
 //! | connect-link opener | [`connect_link`] | `OpenedBy` |
+//! | admission (`[access]`) | [`admission`] | `Admitted` |
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists.
 
+pub mod admission;
 pub mod audience;
 pub mod browser_state;
 pub mod connect_link;

@@ -84,6 +84,9 @@ struct RawConfig {
     rate_limits: registration::RawRateLimits,
     #[serde(default)]
     admin: admin::RawAdmin,
+    /// Owned and validated by the admission binding.
+    #[serde(default)]
+    access: crate::bindings::admission::RawAccess,
 }
 
 #[derive(Debug, Deserialize)]
@@ -293,6 +296,8 @@ pub struct Config {
     pub trusted_proxies: TrustedProxies,
     /// The admin listener (metrics, health, admin API).
     pub admin: admin::AdminConfig,
+    /// `[access]`: who may sign in (GitHub orgs, teams, people), and how often it is re-checked.
+    pub access: crate::bindings::admission::AccessPolicy,
 }
 
 /// Connect links (docs/DESIGN.md §6).
@@ -1051,6 +1056,14 @@ impl Config {
             &mut errs,
         );
         let admin = admin::validate(&raw.admin, listen, env, &mut errs);
+        let access = crate::bindings::admission::AccessPolicy::from_raw(
+            &raw.access,
+            github
+                .as_ref()
+                .map(|g| g.scopes.as_slice())
+                .unwrap_or_default(),
+            &mut errs,
+        );
 
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
@@ -1064,6 +1077,7 @@ impl Config {
                     rate_limits,
                     trusted_proxies,
                     admin,
+                    access,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,
@@ -1093,6 +1107,12 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(vec![format!("{}: {e}", path.display())]))?;
         Config::from_toml(&text, env)
+    }
+
+    /// What an operator must hear about a valid configuration (`check-config` prints these,
+    /// `serve` logs them at start), e.g. that every GitHub account is admitted.
+    pub fn warnings(&self) -> Vec<String> {
+        self.access.warnings()
     }
 
     /// The GitHub callback URL registered at GitHub.

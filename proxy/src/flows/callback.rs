@@ -8,13 +8,13 @@ use super::github_access;
 use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::bindings::admission::Admitted;
 use crate::bindings::browser_state::{self, StateError};
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::RedirectMatched;
 use crate::bindings::{audience, connect_link, consent_registry};
 use crate::cookies;
 use crate::github::client::{GitHubError, GitHubTokens, GitHubUser};
-use crate::ids::UserId;
 use crate::oauth::error::ErrorCode;
 use crate::oauth::request::Params;
 use crate::session;
@@ -137,14 +137,22 @@ pub async fn github_callback(
         .user(&tokens.access_token)
         .await
         .map_err(|e| github_failure(app, &purpose, &e))?;
-    let user_id = UserId::github(gh.id);
+    // Admission before anything is stored: no session, grant, consent or code for someone
+    // `[access]` does not admit (the witness is what storing them takes).
+    let admitted = super::admission::at_sign_in(app, &tokens.access_token, &gh)
+        .await
+        .map_err(|e| match e {
+            FlowError::GitHub(g) => github_failure(app, &purpose, &g),
+            other => other,
+        })?;
+    let user_id = admitted.user_id().clone();
 
     match purpose {
         FlowPurpose::SignIn { return_to } => {
             // Identity only: the token minted to learn who this is must not quietly reconnect
             // an account the person disconnected, nor pile up at GitHub (10 per user and app).
             app.github.delete_token(&tokens.access_token).await;
-            let set_cookies = sign_in(app, now, &user_id, &gh).await?;
+            let set_cookies = sign_in(app, now, &admitted, &gh).await?;
             let location = match return_to {
                 ReturnTo::Account => "/account".to_owned(),
                 ReturnTo::Connect { link_id } => format!(
@@ -162,7 +170,7 @@ pub async fn github_callback(
                 app,
                 &link_id,
                 session_cookie,
-                &user_id,
+                &admitted,
                 &gh,
                 &tokens,
             )
@@ -177,14 +185,14 @@ pub async fn github_callback(
             })
         }
         FlowPurpose::Authorize { txn, .. } => {
-            app.grants.save(&user_id, &gh, &tokens).await?;
+            app.grants.save(&admitted, &gh, &tokens).await?;
             app.audit
                 .record(AuditEvent::GitHubGrantStored {
                     user_id: user_id.clone(),
                     login: gh.login.clone(),
                 })
                 .await?;
-            let set_cookies = sign_in(app, now, &user_id, &gh).await?;
+            let set_cookies = sign_in(app, now, &admitted, &gh).await?;
             let redirect = RedirectMatched::from_stored(
                 txn.client_id.clone(),
                 txn.redirect_uri.clone(),
@@ -230,13 +238,15 @@ pub async fn github_callback(
     }
 }
 
-/// Starts a proxy session for the person GitHub confirmed; returns the cookies to set.
+/// Starts a proxy session for the person GitHub confirmed and `[access]` admitted; returns the
+/// cookies to set.
 async fn sign_in(
     app: &App,
     now: crate::clock::UnixTime,
-    user_id: &UserId,
+    admitted: &Admitted,
     gh: &GitHubUser,
 ) -> Result<Vec<String>, FlowError> {
+    let user_id = admitted.user_id();
     let session_cookie = session::start(
         app.store.as_ref(),
         now,

@@ -10,12 +10,12 @@ use super::account::{self, AccountForm, AccountOutcome};
 use super::{FlowError, github_access, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::bindings::admission::Admitted;
 use crate::bindings::browser_state;
 use crate::bindings::connect_link::{self, Opened, OpenedBy};
 use crate::crypto;
 use crate::csrf;
 use crate::github::client::{GitHubTokens, GitHubUser};
-use crate::ids::UserId;
 use crate::oauth::request::Params;
 use crate::session::{self, Session};
 use crate::store::records::{ClientRecord, FlowPurpose, LinkKind, ReturnTo};
@@ -247,7 +247,7 @@ pub async fn finish_connect(
     app: &App,
     link_id: &str,
     session_cookie: Option<&str>,
-    github_user: &UserId,
+    admitted: &Admitted,
     gh: &GitHubUser,
     tokens: &GitHubTokens,
 ) -> Result<(&'static str, String), FlowError> {
@@ -261,6 +261,7 @@ pub async fn finish_connect(
     if session.as_ref().is_none_or(|s| s.record.user_id != owner) {
         return Err(FlowError::Page(pages::LINK_WRONG_PERSON));
     }
+    let github_user = admitted.user_id();
     if !crypto::ct_eq(github_user.as_str().as_bytes(), owner.as_str().as_bytes()) {
         app.audit
             .record(AuditEvent::ConnectLinkWrongAccount {
@@ -272,7 +273,7 @@ pub async fn finish_connect(
         return Err(FlowError::Page(pages::WRONG_GITHUB_ACCOUNT));
     }
     let link = opened.link().clone();
-    app.grants.save(&owner, gh, tokens).await?;
+    app.grants.save(admitted, gh, tokens).await?;
     app.audit
         .record(AuditEvent::GitHubGrantStored {
             user_id: owner.clone(),

@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 
 use super::FlowError;
+use super::admission::Verdict;
 use super::github_access::{self, Access};
 use crate::app::App;
 use crate::audit::AuditEvent;
@@ -110,6 +111,29 @@ pub async fn exchange(
         .get_json(Keyspace::BackendTokens, &BackendToken::new(subject).hash())
         .await?
         .ok_or(not_ours)?;
+    // The person's standing (`[access]`), asked again when it is due.
+    match super::admission::standing(app, &rec.user_id).await? {
+        Verdict::Admitted | Verdict::TokenBroken => {}
+        Verdict::Lost => {
+            app.audit
+                .record(AuditEvent::TokenExchangeRefused {
+                    reason: "access_lost".to_owned(),
+                })
+                .await?;
+            return Err(OAuthError::new(
+                ErrorCode::InvalidGrant,
+                "the person is no longer admitted to this server",
+            )
+            .into());
+        }
+        Verdict::Unavailable => {
+            return Err(OAuthError::new(
+                ErrorCode::TemporarilyUnavailable,
+                "GitHub cannot confirm the person's access right now; try again later",
+            )
+            .into());
+        }
+    }
     match github_access::for_agent(app, &rec.user_id, &rec.client_id, &rec.scopes).await? {
         Access::Ready(gh) => {
             app.audit

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod account;
 pub mod admin;
+pub mod admission;
 pub mod authorize;
 pub mod callback;
 pub mod codes;
@@ -35,6 +36,19 @@ pub struct PageProblem {
     pub message: &'static str,
 }
 
+/// A GitHub account `[access]` does not admit, as its page shows it (403).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAdmitted {
+    /// The GitHub login that signed in.
+    pub login: String,
+    /// Who the server is for, or why GitHub could not confirm it.
+    pub message: String,
+    /// The org whose SAML SSO must authorize the app (empty otherwise).
+    pub org: String,
+    /// GitHub's SSO authorization link, checked to point at the configured GitHub.
+    pub sso_url: Option<String>,
+}
+
 /// Everything a flow can fail with. `http::error` maps each variant to exactly one response.
 #[derive(Debug, thiserror::Error)]
 pub enum FlowError {
@@ -44,6 +58,9 @@ pub enum FlowError {
     /// Send the browser back to the verified client with an error (URL includes `iss`).
     #[error("error redirect to client")]
     ClientRedirect(String),
+    /// The person signed in at GitHub but `[access]` does not admit them.
+    #[error("not admitted")]
+    NotAdmitted(Box<NotAdmitted>),
     /// An OAuth JSON error (token, registration, revocation endpoints).
     #[error(transparent)]
     OAuth(#[from] OAuthError),

@@ -8,6 +8,7 @@
 use std::net::IpAddr;
 
 use super::FlowError;
+use super::admission::Verdict;
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::audience;
@@ -215,6 +216,8 @@ async fn grants(
                             revoke_family(app, &family_id).await?;
                             return Err(INVALID_GRANT.into());
                         }
+                        // The person's standing (`[access]`), asked again when it is due.
+                        refresh_standing(app, &fam.user_id).await?;
                         let refresh = if decision == RefreshDecision::Replay {
                             // The same next-generation token again: nothing is minted twice.
                             let Some(sealed) = fam.replay.as_deref() else {
@@ -560,6 +563,32 @@ async fn mark_completed(app: &App, hash: &str) -> Result<(), FlowError> {
         }
     }
     Ok(())
+}
+
+/// Refuses a refresh for a person who no longer belongs (their tokens were just revoked) or
+/// whose standing GitHub has not confirmed for longer than `[access]` allows.
+async fn refresh_standing(app: &App, user: &UserId) -> Result<(), FlowError> {
+    match super::admission::standing(app, user).await? {
+        Verdict::Admitted | Verdict::TokenBroken => Ok(()),
+        Verdict::Lost => Err(INVALID_GRANT.into()),
+        Verdict::Unavailable => Err(OAuthError::new(
+            ErrorCode::TemporarilyUnavailable,
+            "GitHub cannot confirm the person's access right now; try again later",
+        )
+        .into()),
+    }
+}
+
+/// Every refresh family a person holds, for all clients.
+pub async fn families_of(app: &App, user: &UserId) -> Result<Vec<FamilyId>, FlowError> {
+    Ok(app
+        .store
+        .scan_prefix(Keyspace::UserFamilies, &format!("{}|", user.as_str()))
+        .await?
+        .into_iter()
+        // `user|client|family`: family ids (base64url) never contain `|`.
+        .filter_map(|(k, _)| k.rsplit_once('|').map(|(_, f)| FamilyId::new(f)))
+        .collect())
 }
 
 /// Marks a family revoked (its refresh and access tokens stop working at once). Returns

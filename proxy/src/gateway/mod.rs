@@ -19,6 +19,7 @@ use crate::bindings::session_binding::{self, SessionBound};
 use crate::bindings::upstream_auth::BackendCredential;
 use crate::config::BackendAuth;
 use crate::flows::access::{self, TokenRejection};
+use crate::flows::admission::{self, Verdict};
 use crate::flows::github_access::{self, Access};
 use crate::ids::BackendToken;
 use crate::store::StoreError;
@@ -70,6 +71,9 @@ pub enum GatewayError {
     /// The backend could not be reached or answered badly.
     #[error("backend unavailable: {0}")]
     Backend(String),
+    /// GitHub could not confirm the person's standing for longer than `[access]` allows.
+    #[error("standing could not be confirmed with GitHub")]
+    StandingUnverifiable,
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -168,6 +172,23 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
         .await;
     }
 
+    // The person's standing with GitHub (`[access]`), asked again at most every recheck_secs.
+    let standing = admission::standing(app, &token.get().user_id)
+        .await
+        .map_err(flow_err)?;
+    match standing {
+        Verdict::Admitted | Verdict::TokenBroken => {}
+        Verdict::Lost => {
+            return reject_token(
+                app,
+                "access_lost",
+                GatewayError::InvalidToken(TokenRejection::Revoked),
+            )
+            .await;
+        }
+        Verdict::Unavailable => return Err(GatewayError::StandingUnverifiable),
+    }
+
     let version = Version::from_header(header(&req.headers, "mcp-protocol-version"));
     let inbound = if req.method == Method::POST {
         jsonrpc::inspect_request(&req.body)
@@ -184,6 +205,12 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
         },
     };
 
+    if standing == Verdict::TokenBroken && inbound.method.as_deref() == Some("tools/call") {
+        // GitHub no longer honours the person's token: a reconnect link, in either backend
+        // mode, whatever the backend would answer (GitHub's own MCP server answers a tool
+        // error with HTTP 200, which the gateway cannot tell from any other).
+        return refuse(app, &token, LinkKind::Reconnect, &req, &inbound, context).await;
+    }
     let credential = match &backend.auth {
         BackendAuth::GitHubToken => {
             match github_access::for_agent(

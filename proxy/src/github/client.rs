@@ -13,6 +13,7 @@ use oauth2::{
 };
 use serde::Deserialize;
 
+use crate::bindings::admission::{Membership, Question};
 use crate::clock::UnixTime;
 use crate::config::GitHubConfig;
 use crate::ids::{GitHubLogin, GitHubRefreshToken, GitHubToken, PkceVerifier, UpstreamState};
@@ -273,6 +274,109 @@ impl GitHubClient {
         }
     }
 
+    /// `{api_url}/<segments…>`, each segment percent-encoded as one path segment.
+    fn api(&self, segments: &[&str]) -> Result<url::Url, GitHubError> {
+        let mut url = self.config.api_url.clone();
+        url.path_segments_mut()
+            .map_err(|()| GitHubError::Protocol("api_url cannot take a path".to_owned()))?
+            .pop_if_empty()
+            .extend(segments);
+        Ok(url)
+    }
+
+    /// A membership question with the person's token: `GET /user/memberships/orgs/{org}` or
+    /// `GET /orgs/{org}/teams/{slug}/memberships/{login}`. GitHub answers 200 with `state`
+    /// `active` or `pending`, 404 for a non-member (or a membership this token may not see),
+    /// and 403 with `X-GitHub-SSO: required; url=…` when the org's SAML SSO has not
+    /// authorized this token.
+    pub async fn membership(
+        &self,
+        token: &GitHubToken,
+        question: &Question,
+        login: &str,
+    ) -> Result<Membership, GitHubError> {
+        let url = match question {
+            Question::Org(org) => self.api(&["user", "memberships", "orgs", org])?,
+            Question::Team(t) => {
+                self.api(&["orgs", &t.org, "teams", &t.slug, "memberships", login])?
+            }
+        };
+        let resp = self
+            .http
+            .get(url)
+            .bearer_auth(token.secret())
+            .header("Accept", "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", "2022-11-28")
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        let status = resp.status();
+        if let Some(limited) = rate_limited(&resp) {
+            return Err(limited);
+        }
+        match status {
+            s if s.is_success() => {
+                #[derive(Deserialize)]
+                struct Body {
+                    state: String,
+                }
+                let body: Body = resp.json().await.map_err(|_| {
+                    GitHubError::Protocol("membership answer did not parse".to_owned())
+                })?;
+                Ok(match body.state.as_str() {
+                    "active" => Membership::Active,
+                    _ => Membership::Pending,
+                })
+            }
+            http::StatusCode::NOT_FOUND => Ok(Membership::NotMember),
+            http::StatusCode::UNAUTHORIZED => Err(GitHubError::Unauthorized),
+            http::StatusCode::FORBIDDEN => match sso_required(resp.headers()) {
+                Some(url) => Ok(Membership::SsoRequired { url }),
+                // Without `read:org` GitHub refuses the question itself.
+                None => Err(GitHubError::Protocol(
+                    "GitHub refused the membership question (403): does the token have read:org?"
+                        .to_owned(),
+                )),
+            },
+            s if s.is_server_error() => {
+                Err(GitHubError::Unavailable(format!("membership answered {s}")))
+            }
+            s => Err(GitHubError::Protocol(format!("membership answered {s}"))),
+        }
+    }
+
+    /// Whether GitHub still honours a person's token: "Check a token"
+    /// (`POST /applications/{client_id}/token` with the app's own credentials, so it does not
+    /// spend the person's rate limit). 200: honoured; 404: revoked or never valid.
+    pub async fn check_token(&self, token: &GitHubToken) -> Result<bool, GitHubError> {
+        let url = self.api(&["applications", &self.config.client_id, "token"])?;
+        let resp = self
+            .http
+            .post(url)
+            .basic_auth(
+                &self.config.client_id,
+                Some(self.config.client_secret.secret()),
+            )
+            .header("Accept", "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", "2022-11-28")
+            .json(&serde_json::json!({"access_token": token.secret()}))
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        if let Some(limited) = rate_limited(&resp) {
+            return Err(limited);
+        }
+        match resp.status() {
+            s if s.is_success() => Ok(true),
+            http::StatusCode::NOT_FOUND => Ok(false),
+            s if s.is_server_error() => Err(GitHubError::Unavailable(format!(
+                "check token answered {s}"
+            ))),
+            // 401/403/422: our own app credentials or request are wrong, not the person's token.
+            s => Err(GitHubError::Protocol(format!("check token answered {s}"))),
+        }
+    }
+
     /// Revokes one token at GitHub ("Delete an app token"), e.g. one minted only to learn who
     /// signed in. Best effort: failures are logged, never shown.
     pub async fn delete_token(&self, token: &GitHubToken) {
@@ -316,6 +420,37 @@ impl GitHubClient {
     pub fn display_host(&self) -> String {
         self.config.display_host()
     }
+}
+
+/// GitHub's primary or secondary rate limit (403 or 429 with `x-ratelimit-remaining: 0`, or a
+/// `retry-after`): a passing failure, never an answer about the person.
+fn rate_limited(resp: &reqwest::Response) -> Option<GitHubError> {
+    let status = resp.status();
+    if status != http::StatusCode::FORBIDDEN && status != http::StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    let h = resp.headers();
+    let exhausted = h
+        .get("x-ratelimit-remaining")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() == "0");
+    (status == http::StatusCode::TOO_MANY_REQUESTS || exhausted || h.contains_key("retry-after"))
+        .then(|| GitHubError::Unavailable("rate limited".to_owned()))
+}
+
+/// The link in `X-GitHub-SSO: required; url=<link>`; `Some(None)` when SSO is required but no
+/// link was given, `None` when the header is absent (or says only `partial-results`).
+fn sso_required(headers: &http::HeaderMap) -> Option<Option<String>> {
+    let v = headers.get("x-github-sso")?.to_str().ok()?;
+    let mut parts = v.split(';').map(str::trim);
+    if !parts.next()?.eq_ignore_ascii_case("required") {
+        return None;
+    }
+    Some(
+        parts
+            .find_map(|p| p.strip_prefix("url="))
+            .map(str::to_owned),
+    )
 }
 
 /// Error type of the transport shim.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::client::{GitHubClient, GitHubError, GitHubTokens, GitHubUser};
 use crate::audit::{Audit, AuditEvent};
+use crate::bindings::admission::Admitted;
 use crate::clock::{SharedClock, UnixTime};
 use crate::crypto::{self, Key};
 use crate::ids::{GitHubRefreshToken, GitHubToken, UserId};
@@ -141,13 +142,15 @@ impl Grants {
         })
     }
 
-    /// Stores (replaces) a person's grant after a successful GitHub sign-in.
+    /// Stores (replaces) a person's grant after a successful GitHub sign-in of an admitted
+    /// person (the witness: nobody `[access]` refused ever has a grant stored).
     pub async fn save(
         &self,
-        user: &UserId,
+        who: &Admitted,
         gh: &GitHubUser,
         tokens: &GitHubTokens,
     ) -> Result<(), GrantError> {
+        let user = who.user_id();
         let rec = self.record(user, gh, tokens, self.clock.now())?;
         self.store
             .put_json(Keyspace::Grants, user.as_str(), &rec, None)

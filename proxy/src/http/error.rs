@@ -221,6 +221,17 @@ pub fn gateway(app: &crate::app::App, e: GatewayError) -> Response {
             -32001,
             "GitHub access for this account is not connected",
         ),
+        GatewayError::StandingUnverifiable => {
+            let mut r = rpc(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                -32000,
+                "GitHub cannot confirm this account's access to this server right now; try again later",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            r
+        }
         GatewayError::NoBackend => rpc(
             StatusCode::SERVICE_UNAVAILABLE,
             None,
@@ -277,6 +288,11 @@ impl IntoResponse for ApiError {
                 ErrorCode::InvalidRequest,
                 "invalid request",
             )),
+            // Only browser sign-ins decide admission; a token endpoint refuses with `OAuth`.
+            FlowError::NotAdmitted(_) => oauth_json(&OAuthError::new(
+                ErrorCode::InvalidGrant,
+                "the person is not admitted to this server",
+            )),
             FlowError::GitHub(_) => {
                 internal(&self.0);
                 oauth_json(&OAuthError::new(
@@ -310,6 +326,17 @@ impl IntoResponse for PageError {
             FlowError::Page(p) if p.status == 404 => page(p, String::new()),
             FlowError::Page(p) => page(p, request_id()),
             FlowError::ClientRedirect(url) => Redirect::to(&url).into_response(),
+            FlowError::NotAdmitted(n) => {
+                let html = consent_ui::NotAdmittedPage {
+                    title: "This GitHub account cannot use this server".to_owned(),
+                    message: n.message,
+                    login: n.login,
+                    org: n.org,
+                    sso_url: n.sso_url,
+                }
+                .to_string();
+                (StatusCode::FORBIDDEN, Html(html)).into_response()
+            }
             FlowError::OAuth(_)
             | FlowError::ExchangeRefused(_)
             | FlowError::RegistrationRefused(_) => page(pages::BAD_REQUEST, request_id()),

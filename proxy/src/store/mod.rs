@@ -15,6 +15,7 @@ mod metered;
 mod postgres;
 pub mod records;
 mod sled_store;
+pub mod standing;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -75,11 +76,13 @@ pub enum Keyspace {
     /// Unused dynamic registrations with identical metadata from one client IP, by hash of
     /// both (bounds re-registration storms).
     ClientDedupe,
+    /// Each person's standing as last checked with GitHub (admission), by user id.
+    Standing,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 21] = [
+    pub const ALL: [Keyspace; 22] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -101,6 +104,7 @@ impl Keyspace {
         Keyspace::BackendTokens,
         Keyspace::CimdClients,
         Keyspace::ClientDedupe,
+        Keyspace::Standing,
     ];
 
     /// On-disk name.
@@ -127,6 +131,7 @@ impl Keyspace {
             Keyspace::BackendTokens => "backend_tokens",
             Keyspace::CimdClients => "cimd_clients",
             Keyspace::ClientDedupe => "client_dedupe",
+            Keyspace::Standing => "standing",
         }
     }
 }
