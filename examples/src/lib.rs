@@ -418,14 +418,22 @@ impl FakeGitHub {
 
     // ------------------------------------------------------------ rate limits and outages
 
-    /// The primary rate limit per person and hour (GitHub: 5,000).
+    /// The primary rate limit per person and hour (GitHub: 5,000), enforced from now on.
+    ///
+    /// The fake always counts user-token requests and reports them in the `x-ratelimit-*`
+    /// headers, but refuses requests over the limit only once a test has called this,
+    /// [`set_rate_limit_remaining`](Self::set_rate_limit_remaining) or
+    /// [`exhaust_rate_limit`](Self::exhaust_rate_limit) (the benchmarks run far more flows per
+    /// person than GitHub allows in an hour).
     pub fn set_rate_limit(&self, limit: u64) {
-        self.state().rate.limit = limit;
+        let mut st = self.state();
+        st.rate.limit = limit;
+        st.rate.enforce = true;
     }
 
-    /// Leaves `remaining` requests in the person's current window (0: the next user-token
-    /// request is refused until `x-ratelimit-reset`; [`advance_time`](Self::advance_time)
-    /// past it to recover).
+    /// Leaves `remaining` requests in the person's current window and turns enforcement on
+    /// (0: the next user-token request is refused until `x-ratelimit-reset`;
+    /// [`advance_time`](Self::advance_time) past it to recover).
     pub fn set_rate_limit_remaining(&self, login: &str, remaining: u64) {
         let mut st = self.state();
         let now = st.now_for_controls();

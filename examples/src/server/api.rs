@@ -64,9 +64,15 @@ const WINDOW: Duration = Duration::from_secs(3600);
 pub(crate) const DEFAULT_RATE_LIMIT: u64 = 5000;
 
 /// Per-person primary rate limit windows, and the switches of the secondary limit.
+///
+/// Every user-token request is counted against GitHub's 5,000 per person and hour and the
+/// count is reported in the `x-ratelimit-*` headers, but a request over the limit is refused
+/// only once `enforce` is on (a test touched the limit): the workspace's benchmarks run far
+/// more flows per person than GitHub would allow in an hour.
 #[derive(Debug)]
 pub(crate) struct RateLimits {
     pub(crate) limit: u64,
+    pub(crate) enforce: bool,
     /// 403 (GitHub's usual answer) or 429.
     pub(crate) status: StatusCode,
     /// `Some(seconds)`: every user-token request hits a secondary rate limit.
@@ -84,6 +90,7 @@ impl Default for RateLimits {
     fn default() -> Self {
         Self {
             limit: DEFAULT_RATE_LIMIT,
+            enforce: false,
             status: StatusCode::FORBIDDEN,
             secondary_retry_after: None,
             windows: HashMap::new(),
@@ -122,6 +129,7 @@ impl RateLimits {
     /// Leaves `remaining` requests in the person's current window.
     pub(crate) fn set_remaining(&mut self, login: &str, remaining: u64, now: SystemTime) {
         let limit = self.limit;
+        self.enforce = true;
         self.window(login, now).used = limit.saturating_sub(remaining);
     }
 
@@ -163,7 +171,7 @@ impl RateLimits {
             set_headers(&mut resp, &headers);
             return Err(Box::new(resp));
         }
-        if w.used >= limit {
+        if self.enforce && w.used >= limit {
             let mut resp = api_error(
                 status,
                 &format!("API rate limit exceeded for user ID {}.", user.id),

@@ -13,8 +13,8 @@
 //! | `PUT /_fake/orgs/{org}/sso/users/{login}` | | SSO-authorize the person's tokens, now and later |
 //! | `DELETE /_fake/orgs/{org}/sso/users/{login}` | | take that back |
 //! | `DELETE /_fake/users/{login}/authorization` | | the person revokes the app at GitHub |
-//! | `PUT /_fake/users/{login}/rate_limit` | `{"remaining": n}` | requests left in the person's window |
-//! | `PUT /_fake/rate_limit` | `{"limit"?, "status"?, "secondary_retry_after"?}` | rate-limit settings |
+//! | `PUT /_fake/users/{login}/rate_limit` | `{"remaining": n}` | requests left in the person's window (turns enforcement on) |
+//! | `PUT /_fake/rate_limit` | `{"limit"?, "status"?, "secondary_retry_after"?}` | rate-limit settings (a `limit` turns enforcement on) |
 //! | `DELETE /_fake/rate_limit` | | every window starts afresh |
 //! | `PUT /_fake/reachability` | `{"mode": "up" \| "unavailable" \| "hang"}` | outage switch (`down` only from Rust: nothing could switch it back over HTTP) |
 //!
@@ -248,6 +248,7 @@ impl FakeState {
             ("PUT", ["rate_limit"]) => {
                 if let Some(limit) = body.get("limit").and_then(Value::as_u64) {
                     self.rate.limit = limit;
+                    self.rate.enforce = true;
                 }
                 match body.get("status").and_then(Value::as_u64) {
                     None => {}
