@@ -250,8 +250,11 @@ struct Caller {
 }
 
 impl Caller {
+    /// Whether the token passes an endpoint's scope check. GitHub App user tokens (`ghu_`)
+    /// have no scopes but the app's fine-grained permissions, which the fake does not model:
+    /// they pass every check.
     fn has_any(&self, scopes: &[&str]) -> bool {
-        scopes.iter().any(|s| grants(&self.scopes, s))
+        !self.reports_scopes || scopes.iter().any(|s| grants(&self.scopes, s))
     }
 
     fn sso_blocked(&self, org: &FakeOrg) -> bool {

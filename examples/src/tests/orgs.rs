@@ -822,3 +822,24 @@ async fn config_orgs_and_teams_are_taken_as_given() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn github_app_user_tokens_pass_the_scope_checks() {
+    let gh = fake().await;
+    gh.set_expiring_tokens(true);
+    let body = flow(&gh, "bob", "").await;
+    assert_eq!(body["scope"], "");
+    let t = body["access_token"].as_str().unwrap();
+    assert!(t.starts_with("ghu_"));
+    let resp = get(&gh, t, "/user/memberships/orgs/acme").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers().get("x-oauth-scopes").is_none());
+    let teams: Value = get(&gh, t, "/user/teams").await.json().await.unwrap();
+    assert_eq!(teams[0]["slug"], "platform");
+    let check: Value = check(&gh, SECRET, json!({"access_token": t}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(check["expires_at"].as_str().unwrap().ends_with('Z'));
+}
