@@ -16,13 +16,28 @@
 //!   the body or via HTTP Basic, and the "10 tokens per user/app/scope" eviction;
 //! * optional GitHub App style expiring `ghu_` tokens with rotating `ghr_` refresh tokens;
 //! * `GET /api/v3/user` (GHES-style prefix) with the `User-Agent` requirement and
-//!   `X-OAuth-Scopes`, and the OAuth-application API (`DELETE …/grant`, `POST`/`DELETE …/token`).
+//!   `X-OAuth-Scopes`, and the OAuth-application API (`DELETE …/grant`, `POST`/`DELETE …/token`
+//!   with "Check a token" answering GitHub's authorization object, not charged to the person's
+//!   rate limit);
+//! * per-token scopes: each web flow mints a token with exactly the (normalized) scopes it
+//!   asked for, while the stored authorization is the union that decides the silent skip;
+//! * organizations and teams ([`FakeOrg`], [`FakeTeam`]): `GET /user/orgs`,
+//!   `GET /users/{username}/orgs`, `GET /user/memberships/orgs/{org}`, `GET /user/teams`,
+//!   `GET /orgs/{org}/teams/{slug}/memberships/{username}`, with GitHub's scope rules, pending
+//!   invitations, visibility and SAML SSO enforcement (`X-GitHub-SSO`);
+//! * the primary and secondary rate limits (`x-ratelimit-*`, 403/429, `retry-after`) and an
+//!   outage switch ([`Reachability`]).
+//!
+//! Tests change that world mid-run through [`FakeGitHub`]'s methods, or over HTTP under
+//! `/_fake/` (listed in `server/control.rs`).
 //!
 //! Every request is recorded before it is handled, and any request carrying one of the
 //! configured forbidden markers (the proxy's own token prefixes) is refused and listed by
 //! [`FakeGitHub::violations`], so tests can assert that no proxy token ever reached "GitHub".
 
 pub mod backend;
+mod gate;
+mod model;
 mod pages;
 mod server;
 #[cfg(test)]
@@ -32,10 +47,16 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use std::collections::BTreeSet;
+
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use server::{FakeState, Shared, lock};
+pub use model::{
+    FakeOrg, FakeOrgMember, FakeTeam, FakeTeamMember, MembershipState, OrgRole, Reachability,
+    TeamPrivacy, TeamRole,
+};
+use server::{FakeState, ServerState, Shared, lock};
 
 /// The proxy's token prefixes; none of them may ever reach GitHub.
 pub const DEFAULT_FORBIDDEN_MARKERS: [&str; 5] =
@@ -77,10 +98,16 @@ pub struct FakeGitHubConfig {
     pub expiring_tokens: bool,
     /// Substrings that must never arrive (proxy tokens); see [`DEFAULT_FORBIDDEN_MARKERS`].
     pub forbidden_markers: Vec<String>,
+    /// Organizations with their memberships.
+    pub orgs: Vec<FakeOrg>,
+    /// Teams (each names its organization by login).
+    pub teams: Vec<FakeTeam>,
 }
 
 impl FakeGitHubConfig {
-    /// Users alice (1001), mallory (1002) and bob (1003), default markers, OAuth App tokens.
+    /// Users alice (1001), mallory (1002) and bob (1003), default markers, OAuth App tokens;
+    /// organization `acme` (5001) with alice (public membership) and bob (private) as active
+    /// members and mallory outside; team `acme/platform` (7001) with bob.
     pub fn demo(
         client_id: impl Into<String>,
         client_secret: impl Into<String>,
@@ -97,6 +124,12 @@ impl FakeGitHubConfig {
             ],
             expiring_tokens: false,
             forbidden_markers: DEFAULT_FORBIDDEN_MARKERS.map(String::from).to_vec(),
+            orgs: vec![
+                FakeOrg::new(5001, "acme")
+                    .public_member("alice")
+                    .member("bob"),
+            ],
+            teams: vec![FakeTeam::new("acme", "platform", 7001, "Platform").member("bob")],
         }
     }
 }
@@ -138,6 +171,7 @@ pub struct FakeGitHub {
 
 struct Inner {
     shared: Shared,
+    gate: Arc<gate::Gate>,
     base_url: String,
     stop: Mutex<Option<oneshot::Sender<()>>>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -165,9 +199,17 @@ impl FakeGitHub {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let shared: Shared = Arc::new(Mutex::new(FakeState::new(config)));
+        let gate = Arc::new(gate::Gate::default());
         let app = axum::Router::new()
             .fallback(server::handle)
-            .with_state(shared.clone());
+            .with_state(ServerState {
+                shared: shared.clone(),
+                gate: gate.clone(),
+            });
+        let listener = gate::GatedListener {
+            inner: listener,
+            gate: gate.clone(),
+        };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, app)
@@ -184,6 +226,7 @@ impl FakeGitHub {
         Ok(FakeGitHub {
             inner: Arc::new(Inner {
                 shared,
+                gate,
                 base_url: format!("http://{local}"),
                 stop: Mutex::new(Some(stop_tx)),
                 task: Mutex::new(Some(task)),
@@ -257,6 +300,191 @@ impl FakeGitHub {
     /// Moves the fake's own wall clock forward (to expire codes and tokens without sleeping).
     pub fn advance_time(&self, by: Duration) {
         self.state().time_offset += by;
+    }
+
+    /// The scopes of a live token, as GitHub would report them (`None` for an unknown,
+    /// revoked or expired token).
+    pub fn token_scopes(&self, token: &str) -> Option<BTreeSet<String>> {
+        self.state().token_scopes(token)
+    }
+
+    /// The union of scopes the user has authorized for the app (what decides the silent
+    /// skip), or `None` if the user has not authorized it.
+    pub fn authorized_scopes(&self, login: &str) -> Option<BTreeSet<String>> {
+        self.state().authorizations.get(login).cloned()
+    }
+
+    // ------------------------------------------------------------ organizations and teams
+
+    /// Adds an organization (or replaces the one with the same login).
+    pub fn add_org(&self, org: FakeOrg) {
+        let mut st = self.state();
+        st.config
+            .orgs
+            .retain(|o| !o.login.eq_ignore_ascii_case(&org.login));
+        st.config.orgs.push(org);
+    }
+
+    /// Adds a team (or replaces the one with the same org and slug).
+    pub fn add_team(&self, team: FakeTeam) {
+        let mut st = self.state();
+        st.config.teams.retain(|t| {
+            !(t.org.eq_ignore_ascii_case(&team.org) && t.slug.eq_ignore_ascii_case(&team.slug))
+        });
+        st.config.teams.push(team);
+    }
+
+    /// Adds or replaces a membership of `org`; `false` if the organization is unknown.
+    pub fn set_org_membership(&self, org: &str, member: FakeOrgMember) -> bool {
+        self.state().set_org_member(org, member)
+    }
+
+    /// The person becomes an active, private member with the `member` role.
+    pub fn add_org_member(&self, org: &str, login: &str) -> bool {
+        self.set_org_membership(org, FakeOrgMember::active(login))
+    }
+
+    /// The person is invited (membership `pending`, not a member yet).
+    pub fn invite_org_member(&self, org: &str, login: &str) -> bool {
+        self.set_org_membership(org, FakeOrgMember::pending(login))
+    }
+
+    /// The person leaves the organization (and, as on GitHub, its teams).
+    pub fn remove_org_member(&self, org: &str, login: &str) -> bool {
+        self.state().remove_org_member(org, login)
+    }
+
+    /// The person's current membership of `org`, if any.
+    pub fn org_membership(&self, org: &str, login: &str) -> Option<FakeOrgMember> {
+        let st = self.state();
+        st.org(org)?
+            .members
+            .iter()
+            .find(|m| m.login.eq_ignore_ascii_case(login))
+            .cloned()
+    }
+
+    /// Adds or updates a team membership; `false` if the team is unknown.
+    pub fn set_team_membership(
+        &self,
+        org: &str,
+        slug: &str,
+        login: &str,
+        state: MembershipState,
+        role: TeamRole,
+    ) -> bool {
+        self.state().set_team_member(org, slug, login, state, role)
+    }
+
+    /// The person becomes an active team member.
+    pub fn add_team_member(&self, org: &str, slug: &str, login: &str) -> bool {
+        self.set_team_membership(org, slug, login, MembershipState::Active, TeamRole::Member)
+    }
+
+    pub fn remove_team_member(&self, org: &str, slug: &str, login: &str) -> bool {
+        self.state().remove_team_member(org, slug, login)
+    }
+
+    // ------------------------------------------------------------ SAML SSO
+
+    /// Switches SAML SSO enforcement of `org`.
+    pub fn set_sso_enforced(&self, org: &str, enforced: bool) -> bool {
+        self.state().set_sso_enforced(org, enforced)
+    }
+
+    /// The person signs in to `org`'s identity provider: tokens issued from now on are
+    /// SSO-authorized for it; tokens issued before are not (GitHub: "you must reauthorize any
+    /// OAuth apps"). This is also what opening the `X-GitHub-SSO` URL does.
+    pub fn sso_sign_in(&self, org: &str, login: &str) {
+        self.state()
+            .sso_sessions
+            .insert((org.to_ascii_lowercase(), login.to_ascii_lowercase()));
+    }
+
+    /// [`sso_sign_in`](Self::sso_sign_in) and every current token of the person authorized.
+    pub fn sso_authorize_user(&self, org: &str, login: &str) -> bool {
+        self.state().sso_authorize_user(org, login)
+    }
+
+    /// SSO-authorizes one token for `org`; `false` if the token is unknown.
+    pub fn sso_authorize_token(&self, org: &str, token: &str) -> bool {
+        self.state().sso_authorize_token(org, token)
+    }
+
+    /// Ends the person's SAML session for `org` and removes every token's authorization.
+    pub fn sso_revoke_user(&self, org: &str, login: &str) {
+        self.state().sso_revoke(org, login);
+    }
+
+    // ------------------------------------------------------------ rate limits and outages
+
+    /// The primary rate limit per person and hour (GitHub: 5,000), enforced from now on.
+    ///
+    /// The fake always counts user-token requests and reports them in the `x-ratelimit-*`
+    /// headers, but refuses requests over the limit only once a test has called this,
+    /// [`set_rate_limit_remaining`](Self::set_rate_limit_remaining) or
+    /// [`exhaust_rate_limit`](Self::exhaust_rate_limit) (the benchmarks run far more flows per
+    /// person than GitHub allows in an hour).
+    pub fn set_rate_limit(&self, limit: u64) {
+        let mut st = self.state();
+        st.rate.limit = limit;
+        st.rate.enforce = true;
+    }
+
+    /// Leaves `remaining` requests in the person's current window and turns enforcement on
+    /// (0: the next user-token request is refused until `x-ratelimit-reset`;
+    /// [`advance_time`](Self::advance_time) past it to recover).
+    pub fn set_rate_limit_remaining(&self, login: &str, remaining: u64) {
+        let mut st = self.state();
+        let now = st.now_for_controls();
+        st.rate.set_remaining(login, remaining, now);
+    }
+
+    /// [`set_rate_limit_remaining`](Self::set_rate_limit_remaining) with 0.
+    pub fn exhaust_rate_limit(&self, login: &str) {
+        self.set_rate_limit_remaining(login, 0);
+    }
+
+    /// Requests charged to the person in the current window.
+    pub fn rate_limit_used(&self, login: &str) -> u64 {
+        let mut st = self.state();
+        let now = st.now_for_controls();
+        st.rate.used(login, now)
+    }
+
+    /// Every person's window starts afresh.
+    pub fn reset_rate_limits(&self) {
+        self.state().rate.reset_all();
+    }
+
+    /// Answer rate-limited requests with 429 instead of GitHub's usual 403.
+    pub fn set_rate_limit_status_429(&self, on: bool) {
+        self.state().rate.status = if on {
+            axum::http::StatusCode::TOO_MANY_REQUESTS
+        } else {
+            axum::http::StatusCode::FORBIDDEN
+        };
+    }
+
+    /// `Some(d)`: every user-token request hits a secondary rate limit with `retry-after`
+    /// `d` (whole seconds); `None` lifts it.
+    pub fn set_secondary_rate_limit(&self, retry_after: Option<Duration>) {
+        self.state().rate.secondary_retry_after = retry_after.map(|d| d.as_secs());
+    }
+
+    /// Simulates a GitHub outage (see [`Reachability`]); applies to every path, the browser
+    /// pages included.
+    pub fn set_reachability(&self, mode: Reachability) {
+        self.inner.gate.set(mode);
+    }
+
+    pub fn reachability(&self) -> Reachability {
+        self.inner.gate.mode()
+    }
+
+    /// Connections dropped and requests refused with 503 during outages.
+    pub fn refused_during_outage(&self) -> usize {
+        self.inner.gate.refused()
     }
 
     /// Graceful stop: waits (at most 5 s) for the server task to finish.

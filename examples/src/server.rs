@@ -1,8 +1,12 @@
 //! Request handling: recording, forbidden-marker detection, routing, and the OAuth state
 //! machine (authorizations, codes, tokens). Everything runs synchronously under one
 //! `std::sync::Mutex`, taken only after the request body has been read (never across `.await`).
+//! The REST API lives in [`api`], the test-control routes in [`control`].
 
-use std::collections::{BTreeSet, HashMap};
+mod api;
+mod control;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -17,7 +21,8 @@ use sha2::{Digest, Sha256};
 use url::Url;
 use url::form_urlencoded;
 
-use crate::{FakeGitHubConfig, FakeUser, RecordedRequest, pages};
+use crate::gate::Gate;
+use crate::{FakeGitHubConfig, FakeUser, Reachability, RecordedRequest, pages};
 
 pub(crate) const AUTHORIZE_PATH: &str = "/login/oauth/authorize";
 pub(crate) const TOKEN_PATH: &str = "/login/oauth/access_token";
@@ -25,6 +30,8 @@ pub(crate) const API_PREFIX: &str = "/api/v3";
 const LOGIN_PATH: &str = "/login";
 const DECISION_PATH: &str = "/login/oauth/authorize/decision";
 const USER_COOKIE: &str = "fgh_user";
+/// Test controls (not GitHub): never recorded, never subject to an outage except `Down`.
+pub(crate) const CONTROL_PREFIX: &str = "/_fake/";
 
 const CODE_TTL: Duration = Duration::from_secs(600);
 const ACCESS_TTL_SECS: u64 = 28_800;
@@ -38,6 +45,13 @@ const AUTHZ_ERRORS_DOC: &str =
 const TOKEN_ERRORS_DOC: &str = "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-oauth-app-access-token-request-errors";
 
 pub(crate) type Shared = Arc<Mutex<FakeState>>;
+
+/// The router's state: the fake's data and its outage switch.
+#[derive(Clone)]
+pub(crate) struct ServerState {
+    pub(crate) shared: Shared,
+    pub(crate) gate: Arc<Gate>,
+}
 
 pub(crate) fn lock(shared: &Mutex<FakeState>) -> MutexGuard<'_, FakeState> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
@@ -99,10 +113,15 @@ struct CodeGrant {
 }
 
 struct AccessToken {
+    /// GitHub's authorization id (the `id` of "Check a token").
+    id: u64,
     token: String,
     login: String,
     scopes: BTreeSet<String>,
+    created_at: SystemTime,
     expires_at: Option<SystemTime>,
+    /// Lower-cased logins of the SSO-enforcing organizations this token may reach.
+    sso_orgs: BTreeSet<String>,
 }
 
 struct RefreshGrant {
@@ -126,6 +145,13 @@ pub(crate) struct FakeState {
     /// Live access tokens, oldest first.
     access: Vec<AccessToken>,
     refresh: HashMap<String, RefreshGrant>,
+    next_token_id: u64,
+    /// (lower-cased org, lower-cased login): the person has an active SAML session for the
+    /// organization, so tokens issued from now on are SSO-authorized for it.
+    pub(crate) sso_sessions: HashSet<(String, String)>,
+    /// `authorization_request` id of an `X-GitHub-SSO` URL → (lower-cased org, token).
+    sso_requests: HashMap<String, (String, String)>,
+    pub(crate) rate: api::RateLimits,
 }
 
 /// Decoded `application/x-www-form-urlencoded` pairs, in order.
@@ -159,7 +185,8 @@ fn parse_scopes(s: Option<&str>) -> BTreeSet<String> {
         .collect()
 }
 
-/// Scopes implied by a broader one (GitHub normalizes these).
+/// Scopes implied by a broader one (the hierarchy of "Scopes for OAuth apps",
+/// docs.github.com/apps/oauth-apps/building-oauth-apps/scopes-for-oauth-apps), transitively.
 fn implied(scope: &str) -> &'static [&'static str] {
     match scope {
         "repo" => &[
@@ -169,19 +196,41 @@ fn implied(scope: &str) -> &'static [&'static str] {
             "repo:invite",
             "security_events",
         ],
-        "user" => &["read:user", "user:email", "user:follow"],
+        "admin:repo_hook" => &["write:repo_hook", "read:repo_hook"],
+        "write:repo_hook" => &["read:repo_hook"],
         "admin:org" => &["write:org", "read:org"],
         "write:org" => &["read:org"],
+        "admin:public_key" => &["write:public_key", "read:public_key"],
+        "write:public_key" => &["read:public_key"],
+        "admin:gpg_key" => &["write:gpg_key", "read:gpg_key"],
+        "write:gpg_key" => &["read:gpg_key"],
+        "user" => &["read:user", "user:email", "user:follow"],
         "project" => &["read:project"],
         "write:packages" => &["read:packages"],
         _ => &[],
     }
 }
 
+/// Whether a token holding `granted` passes a check for `scope` (held, or implied).
+fn grants(granted: &BTreeSet<String>, scope: &str) -> bool {
+    granted.contains(scope) || granted.iter().any(|g| implied(g).contains(&scope))
+}
+
 fn covers(granted: &BTreeSet<String>, requested: &BTreeSet<String>) -> bool {
-    requested
-        .iter()
-        .all(|r| granted.contains(r) || granted.iter().any(|g| implied(g).contains(&r.as_str())))
+    requested.iter().all(|r| grants(granted, r))
+}
+
+/// GitHub's "normalized scopes": a token is saved without the scopes another requested scope
+/// already includes (`user,gist,user:email` → `gist,user`).
+fn normalize(scopes: BTreeSet<String>) -> BTreeSet<String> {
+    let all = scopes.clone();
+    scopes
+        .into_iter()
+        .filter(|s| {
+            !all.iter()
+                .any(|o| o != s && implied(o).contains(&s.as_str()))
+        })
+        .collect()
 }
 
 /// GitHub's rule: same scheme, host and port; path equal to or under the callback path.
@@ -210,7 +259,7 @@ fn redirect_to(url: &Url, pairs: &[(&str, Option<&str>)]) -> Response {
     (StatusCode::FOUND, [(header::LOCATION, url.to_string())]).into_response()
 }
 
-fn api_json(status: StatusCode, body: Value) -> Response {
+pub(crate) fn api_json(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
@@ -289,8 +338,24 @@ fn find_markers(req: &RecordedRequest, markers: &[String]) -> Vec<String> {
     found
 }
 
-/// The single handler: read, record, then answer under the lock.
-pub(crate) async fn handle(State(shared): State<Shared>, req: Request) -> Response {
+/// The single handler: wait out an outage, read, record, then answer under the lock.
+pub(crate) async fn handle(State(server): State<ServerState>, req: Request) -> Response {
+    let control = req.uri().path().starts_with(CONTROL_PREFIX);
+    if !control {
+        loop {
+            match server.gate.mode() {
+                Reachability::Hang => tokio::time::sleep(Duration::from_millis(20)).await,
+                Reachability::Unavailable => {
+                    server.gate.count_refusal();
+                    return api_json(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        json!({"message": "Service Unavailable"}),
+                    );
+                }
+                Reachability::Up | Reachability::Down => break,
+            }
+        }
+    }
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
@@ -313,7 +378,10 @@ pub(crate) async fn handle(State(shared): State<Shared>, req: Request) -> Respon
             .collect(),
         body: String::from_utf8_lossy(&body).into_owned(),
     };
-    respond(&shared, recorded)
+    if control {
+        return lock(&server.shared).control(&recorded, &server.gate);
+    }
+    respond(&server.shared, recorded)
 }
 
 fn respond(shared: &Mutex<FakeState>, req: RecordedRequest) -> Response {
@@ -358,11 +426,20 @@ impl FakeState {
             codes: HashMap::new(),
             access: Vec::new(),
             refresh: HashMap::new(),
+            next_token_id: 1,
+            sso_sessions: HashSet::new(),
+            sso_requests: HashMap::new(),
+            rate: api::RateLimits::default(),
         }
     }
 
     fn now(&self) -> SystemTime {
         real_now() + self.time_offset
+    }
+
+    /// The fake's clock, for the control methods in `lib.rs`.
+    pub(crate) fn now_for_controls(&self) -> SystemTime {
+        self.now()
     }
 
     fn user(&self, login: &str) -> Option<FakeUser> {
@@ -384,6 +461,9 @@ impl FakeState {
             ("POST", LOGIN_PATH) => self.login(&parse_params(&req.body)),
             ("POST", DECISION_PATH) => self.decision(req, &parse_params(&req.body)),
             ("POST", TOKEN_PATH) => self.token(req),
+            ("GET", p) if p.starts_with("/orgs/") && p.ends_with("/sso") => {
+                self.sso_page(req, p, &parse_params(query))
+            }
             _ if path == API_PREFIX || path.starts_with(&format!("{API_PREFIX}/")) => {
                 self.api(req, path.get(API_PREFIX.len()..).unwrap_or_default())
             }
@@ -471,6 +551,19 @@ impl FakeState {
 
     /// Signed in: silently skip the consent page if the stored authorization covers the
     /// request (that is GitHub's behaviour), otherwise show it.
+    ///
+    /// What GitHub does, and the fake with it ("Authorizing OAuth apps" and "Scopes for OAuth
+    /// apps" on docs.github.com):
+    /// * the authorization is stored server-side per user and app, as the union of every scope
+    ///   the user ever approved for the app;
+    /// * each web flow mints its own token carrying the scopes requested *in that flow*
+    ///   (normalized), not the union — "your OAuth app can perform the web flow for each use
+    ///   case, requesting only the scopes needed"; GitHub keeps up to 10 tokens per
+    ///   user/app/scope combination;
+    /// * a flow without `scope` completes silently "with the set of scopes the user has
+    ///   authorized for the application" (the union);
+    /// * a flow asking for a scope the stored authorization does not cover shows the consent
+    ///   page again (widely observed, not stated in the docs; a covered subset is silent).
     fn continue_as(&mut self, user: &FakeUser, mut ar: AuthRequest) -> Response {
         if let Some(granted) = self.authorizations.get(&user.login)
             && covers(granted, &ar.scopes)
@@ -496,7 +589,7 @@ impl FakeState {
             CodeGrant {
                 client_id: self.config.client_id.clone(),
                 login: login.to_owned(),
-                scopes: ar.scopes,
+                scopes: normalize(ar.scopes),
                 redirect_uri_sent: ar.redirect_uri_sent,
                 code_challenge: ar.code_challenge,
                 expires_at: self.now() + CODE_TTL,
@@ -538,10 +631,9 @@ impl FakeState {
         };
         match param(form, "decision") {
             Some("approve") => {
-                self.authorizations
-                    .entry(user.login.clone())
-                    .or_default()
-                    .extend(ar.scopes.iter().cloned());
+                let stored = self.authorizations.entry(user.login.clone()).or_default();
+                stored.extend(ar.scopes.iter().cloned());
+                *stored = normalize(std::mem::take(stored));
                 self.issue_code(&user.login, ar)
             }
             Some("deny") => redirect_to(
@@ -643,9 +735,19 @@ impl FakeState {
         if old.expires_at <= self.now() {
             return bad();
         }
-        // Rotation: the old refresh token is gone, and so is the old access token.
+        // Rotation: the old refresh token is gone, and so is the old access token (its SSO
+        // authorizations carry over to the new one).
+        let sso: BTreeSet<String> = self
+            .access
+            .iter()
+            .filter(|t| t.token == old.access_token)
+            .flat_map(|t| t.sso_orgs.iter().cloned())
+            .collect();
         self.access.retain(|t| t.token != old.access_token);
         let (access, refresh) = self.issue_tokens(&old.login, old.scopes);
+        if let Some(t) = self.access.iter_mut().find(|t| t.token == access) {
+            t.sso_orgs.extend(sso);
+        }
         self.token_success(wants_json, &access, refresh.as_deref())
     }
 
@@ -689,11 +791,22 @@ impl FakeState {
                 },
             );
         }
+        let id = self.next_token_id;
+        self.next_token_id += 1;
+        let sso_orgs = self
+            .sso_sessions
+            .iter()
+            .filter(|(_, l)| l.eq_ignore_ascii_case(login))
+            .map(|(org, _)| org.clone())
+            .collect();
         self.access.push(AccessToken {
+            id,
             token: token.clone(),
             login: login.to_owned(),
             scopes,
+            created_at: now,
             expires_at: expiring.then(|| now + Duration::from_secs(ACCESS_TTL_SECS)),
+            sso_orgs,
         });
         self.issued.push((login.to_owned(), token.clone()));
         (token, refresh_token)
@@ -740,139 +853,5 @@ impl FakeState {
         self.access
             .iter()
             .find(|t| t.token == token && t.expires_at.is_none_or(|e| e > now))
-    }
-
-    // ---------------------------------------------------------------- REST API
-
-    fn api(&mut self, req: &RecordedRequest, path: &str) -> Response {
-        if req
-            .header("user-agent")
-            .is_none_or(|ua| ua.trim().is_empty())
-        {
-            return api_json(
-                StatusCode::FORBIDDEN,
-                json!({"message": "Request forbidden by administrative rules. Please make sure your request has a User-Agent header"}),
-            );
-        }
-        let app_route = path
-            .strip_prefix("/applications/")
-            .and_then(|rest| rest.split_once('/'));
-        match (req.method.as_str(), path, app_route) {
-            ("GET", "/user", _) => self.get_user(req),
-            (method, _, Some((client_id, what @ ("grant" | "token")))) => {
-                self.application_api(req, method, client_id, what)
-            }
-            _ => api_json(
-                StatusCode::NOT_FOUND,
-                json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"}),
-            ),
-        }
-    }
-
-    fn user_json(&self, user: &FakeUser) -> Value {
-        json!({
-            "login": user.login,
-            "id": user.id,
-            "node_id": format!("U_fake{}", user.id),
-            "avatar_url": format!("https://avatars.githubusercontent.com/u/{}?v=4", user.id),
-            "html_url": format!("https://github.com/{}", user.login),
-            "name": user.name,
-            "type": "User",
-            "site_admin": false,
-        })
-    }
-
-    fn get_user(&self, req: &RecordedRequest) -> Response {
-        let Some(token) = bearer_token(req) else {
-            return api_json(
-                StatusCode::UNAUTHORIZED,
-                json!({"message": "Requires authentication", "documentation_url": "https://docs.github.com/rest/users/users#get-the-authenticated-user", "status": "401"}),
-            );
-        };
-        let Some((tok, user)) = self
-            .live_token(&token)
-            .and_then(|t| Some((t, self.user(&t.login)?)))
-        else {
-            return bad_credentials();
-        };
-        let mut resp = api_json(StatusCode::OK, self.user_json(&user));
-        // OAuth App tokens report their scopes; GitHub App user tokens have none.
-        if tok.token.starts_with("gho_") {
-            let scopes = tok.scopes.iter().cloned().collect::<Vec<_>>().join(", ");
-            if let Ok(v) = header::HeaderValue::from_str(&scopes) {
-                resp.headers_mut().insert("x-oauth-scopes", v);
-            }
-        }
-        resp.headers_mut().insert(
-            "x-accepted-oauth-scopes",
-            header::HeaderValue::from_static(""),
-        );
-        resp
-    }
-
-    /// `DELETE /applications/{id}/grant`, `POST`/`DELETE /applications/{id}/token`:
-    /// HTTP Basic with the app's credentials and a JSON body `{"access_token": "…"}`.
-    fn application_api(
-        &mut self,
-        req: &RecordedRequest,
-        method: &str,
-        client_id: &str,
-        what: &str,
-    ) -> Response {
-        let creds_ok = basic_credentials(req).is_some_and(|(id, secret)| {
-            id == self.config.client_id && secret == self.config.client_secret
-        });
-        if !creds_ok {
-            return bad_credentials();
-        }
-        if client_id != self.config.client_id {
-            return api_json(StatusCode::NOT_FOUND, json!({"message": "Not Found"}));
-        }
-        let token = serde_json::from_str::<Value>(&req.body)
-            .ok()
-            .and_then(|v| v.get("access_token")?.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        // "Check a token" needs a live token; the deletions accept an expired one too.
-        let now = self.now();
-        let Some((login, scopes, expires_at)) = self
-            .access
-            .iter()
-            .find(|t| {
-                t.token == token && (method != "POST" || t.expires_at.is_none_or(|e| e > now))
-            })
-            .map(|t| (t.login.clone(), t.scopes.clone(), t.expires_at))
-        else {
-            let status = if method == "POST" {
-                StatusCode::NOT_FOUND
-            } else {
-                StatusCode::UNPROCESSABLE_ENTITY
-            };
-            return api_json(
-                status,
-                json!({"message": if method == "POST" { "Not Found" } else { "Validation Failed" }, "documentation_url": "https://docs.github.com/rest/apps/oauth-applications"}),
-            );
-        };
-        match (method, what) {
-            ("DELETE", "grant") => {
-                self.revoke_user(&login);
-                StatusCode::NO_CONTENT.into_response()
-            }
-            ("DELETE", "token") => {
-                self.access.retain(|t| t.token != token);
-                self.refresh.retain(|_, r| r.access_token != token);
-                StatusCode::NO_CONTENT.into_response()
-            }
-            ("POST", "token") => {
-                let user = self.user(&login).map(|u| self.user_json(&u));
-                let expires_at = expires_at
-                    .and_then(|e| e.duration_since(SystemTime::UNIX_EPOCH).ok())
-                    .map(|d| d.as_secs());
-                api_json(
-                    StatusCode::OK,
-                    json!({"token": token, "scopes": scopes, "expires_at": expires_at, "user": user, "app": {"client_id": client_id}}),
-                )
-            }
-            _ => api_json(StatusCode::NOT_FOUND, json!({"message": "Not Found"})),
-        }
     }
 }

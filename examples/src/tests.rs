@@ -10,6 +10,8 @@ use url::Url;
 
 use crate::{FakeGitHub, FakeGitHubConfig};
 
+mod orgs;
+
 const CLIENT_ID: &str = "Iv1.fakeclient";
 const SECRET: &str = "fake-secret";
 const CALLBACK: &str = "http://127.0.0.1:9/callback/github";
