@@ -73,6 +73,14 @@ impl std::ops::Deref for App {
 }
 
 impl App {
+    /// Which earlier approvals may quiet consent warnings and alerts (`bindings::approvals`).
+    pub fn approval_rules(&self) -> crate::bindings::approvals::ApprovalRules<'_> {
+        crate::bindings::approvals::ApprovalRules {
+            admission_open: self.config.access.is_open(),
+            trusted_hosts: &self.config.registration.trusted_redirect_hosts,
+        }
+    }
+
     /// Wires the application together.
     pub fn new(
         config: Config,

@@ -84,7 +84,12 @@ async fn code_without_consent_is_refused_and_raises_the_confused_deputy_alert() 
 /// shape of a phishing link built around a fresh registration.
 #[tokio::test]
 async fn fresh_client_getting_a_code_for_a_new_host_raises_an_alert() {
-    let proxy = TestProxy::start().await;
+    // Approvals count only when admission is closed (everyone who approved was admitted).
+    let proxy = TestProxy::start_with(Options {
+        access: r#"github_users = ["alice", "bob", "mallory"]"#.to_owned(),
+        ..Options::default()
+    })
+    .await;
     let c = Client::register(&proxy, "Totally Legit", "https://brand-new-host.example/cb").await;
     c.tokens(&proxy, &Browser::new(), "alice").await;
     assert_eq!(alerts(&proxy).await, ["fresh_client_new_host"]);

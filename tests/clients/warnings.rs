@@ -91,7 +91,12 @@ async fn loopback_redirect_warns_that_a_local_program_receives_the_code() {
 
 #[tokio::test]
 async fn long_known_client_to_a_familiar_host_gets_no_warning() {
-    let proxy = TestProxy::start().await;
+    // Approvals count only when admission is closed (everyone who approved was admitted).
+    let proxy = TestProxy::start_with(Options {
+        access: r#"github_users = ["alice", "bob"]"#.to_owned(),
+        ..Options::default()
+    })
+    .await;
     let c = Client::register(&proxy, "Known", "https://known.example/cb").await;
     for who in ["alice", "bob"] {
         c.tokens(&proxy, &Browser::new(), who).await;

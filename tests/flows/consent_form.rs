@@ -1,6 +1,6 @@
 //! The consent form accepts only submissions from the proxy's own page.
 
-use crate::support::{Browser, Client, Pkce, TestProxy};
+use crate::support::{Browser, Client, Options, Pkce, TestProxy};
 use mcp_oauth_proxy::store::Keyspace;
 
 /// An attacker starts a flow for their own client, reads the consent form's fields from
@@ -139,7 +139,12 @@ async fn consent_post_without_origin_from_another_browser_is_rejected() {
 /// The victim's consent page must still warn that the destination is new.
 #[tokio::test]
 async fn attacker_self_approval_does_not_silence_the_new_destination_warning() {
-    let proxy = TestProxy::start().await;
+    // Approvals count only when admission is closed (everyone who approved was admitted).
+    let proxy = TestProxy::start_with(Options {
+        access: r#"github_users = ["alice", "bob", "mallory"]"#.to_owned(),
+        ..Options::default()
+    })
+    .await;
     let evil = Client::register(&proxy, "Triage Helper", "https://attacker.example/steal").await;
     evil.get_code(&proxy, &Browser::new(), "mallory", &Pkce::new())
         .await;

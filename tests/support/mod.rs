@@ -63,6 +63,9 @@ pub struct Options {
     pub client_resolver: Option<Arc<dyn mcp_oauth_proxy::clients::fetch::Resolver>>,
     /// Extra lines inside the `[server]` section (e.g. `trusted_proxies`).
     pub server_toml: String,
+    /// Lines of an `[access]` section (admission); with them `[github] scopes` also asks for
+    /// `read:org`, which org and team rules need.
+    pub access: String,
 }
 
 /// What replicas of one proxy share.
@@ -194,15 +197,26 @@ listen = "{addr}"
 [github]
 client_id = "gh-client-id"
 client_secret = "gh-client-secret"
-scopes = ["read:user", "repo"]
+scopes = ["read:user", "repo"{read_org}]
 authorize_url = "{a}"
 token_url = "{t}"
 api_url = "{api}"
 [store]
 path = "/nonexistent-tests-use-a-temporary-store"
 {backend_toml}
+{access}
 {extra}
 "#,
+            read_org = if opts.access.is_empty() {
+                ""
+            } else {
+                ", \"read:org\""
+            },
+            access = if opts.access.is_empty() {
+                String::new()
+            } else {
+                format!("[access]\n{}\n", opts.access)
+            },
             a = github.authorize_url(),
             t = github.token_url(),
             api = github.api_url(),

@@ -17,6 +17,7 @@
 //! `flows::codes::issue_code` needs all of them before a code exists.
 
 pub mod admission;
+pub mod approvals;
 pub mod audience;
 pub mod browser_state;
 pub mod connect_link;

@@ -32,6 +32,8 @@ pub(super) struct RawRegistration {
     unused_client_ttl_secs: u64,
     #[serde(default = "default_max_identical")]
     max_identical_per_ip: u32,
+    #[serde(default)]
+    trusted_redirect_hosts: Vec<String>,
 }
 
 impl Default for RawRegistration {
@@ -43,6 +45,7 @@ impl Default for RawRegistration {
             initial_access_token_env: None,
             unused_client_ttl_secs: default_unused_ttl(),
             max_identical_per_ip: default_max_identical(),
+            trusted_redirect_hosts: Vec::new(),
         }
     }
 }
@@ -97,6 +100,10 @@ pub struct RegistrationPolicy {
     /// oldest unused one past that window, or, if all are younger, is itself kept only for
     /// the window.
     pub max_identical_per_ip: u32,
+    /// Redirect hosts the operator vouches for (lower-case): the consent page never calls them
+    /// a new destination, and the fresh-client alert does not fire for them. The only way to
+    /// quiet that warning while `[access]` admits everyone.
+    pub trusted_redirect_hosts: Vec<String>,
 }
 
 impl Default for RegistrationPolicy {
@@ -105,6 +112,7 @@ impl Default for RegistrationPolicy {
             mode: RegistrationMode::Open,
             unused_client_ttl_secs: default_unused_ttl(),
             max_identical_per_ip: default_max_identical(),
+            trusted_redirect_hosts: Vec::new(),
         }
     }
 }
@@ -352,10 +360,28 @@ pub(super) fn registration(
     if !(1..=100).contains(&raw.max_identical_per_ip) {
         errs.push("registration.max_identical_per_ip: between 1 and 100".to_owned());
     }
+    let mut trusted_redirect_hosts = Vec::new();
+    for h in &raw.trusted_redirect_hosts {
+        // A bare host name, as the consent page shows it: no scheme, port, path or wildcard.
+        let ok = !h.is_empty()
+            && h.len() <= 253
+            && h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            && !h.starts_with(['.', '-'])
+            && !h.ends_with(['.', '-']);
+        if ok {
+            trusted_redirect_hosts.push(h.to_ascii_lowercase());
+        } else {
+            errs.push(format!(
+                "registration.trusted_redirect_hosts: {h:?} is not a host name (no scheme, port, path or wildcard)"
+            ));
+        }
+    }
     RegistrationPolicy {
         mode,
         unused_client_ttl_secs: raw.unused_client_ttl_secs,
         max_identical_per_ip: raw.max_identical_per_ip,
+        trusted_redirect_hosts,
     }
 }
 

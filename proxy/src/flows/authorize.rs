@@ -9,6 +9,7 @@ use super::codes::{self, Presence};
 use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::bindings::approvals;
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::{self, RedirectMatched};
 use crate::bindings::{audience, consent_registry};
@@ -23,7 +24,8 @@ use crate::oauth::pkce::CodeChallenge;
 use crate::oauth::request::AuthorizeQuery;
 use crate::oauth::scope::ScopeSet;
 use crate::session;
-use crate::store::records::{SeenHostRecord, TxnRecord};
+use crate::store::approvals as approval_store;
+use crate::store::records::TxnRecord;
 use crate::store::{Keyspace, StoreExt};
 
 /// How long a person has to decide on the consent page.
@@ -240,20 +242,35 @@ async fn warnings(
     let now = app.clock.now();
     let client = &resolved.record;
     let mut out = Vec::new();
-    if resolved.kind != ClientKind::Preregistered
-        && now.since(client.registered_at) < NEW_CLIENT_SECS
-    {
-        out.push(WarningView {
-            title: "This application was registered moments ago".to_owned(),
-            detail: format!(
-                "{} {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
-                if matches!(resolved.kind, ClientKind::MetadataDocument { .. }) {
-                    "This server first saw it, or saw its redirect addresses or name change,"
-                } else {
-                    "It was registered"
-                },
-                ago(now, client.registered_at)
-            ),
+    let rules = app.approval_rules();
+    let wall_age = now.since(client.registered_at);
+    // The person is not known yet on the consent page (they sign in at GitHub after it).
+    let client_approvals = approval_store::of_client(app.store.as_ref(), &client.client_id).await?;
+    let established =
+        approvals::established_secs(rules, wall_age, client_approvals.as_ref(), None, now);
+    if resolved.kind != ClientKind::Preregistered && established < NEW_CLIENT_SECS {
+        let when = if matches!(resolved.kind, ClientKind::MetadataDocument { .. }) {
+            "This server first saw it, or saw its redirect addresses or name change,"
+        } else {
+            "It was registered"
+        };
+        out.push(if wall_age < NEW_CLIENT_SECS {
+            WarningView {
+                title: "This application was registered moments ago".to_owned(),
+                detail: format!(
+                    "{when} {}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
+                    ago(now, client.registered_at)
+                ),
+            }
+        } else {
+            WarningView {
+                title: "No one here has used this application yet".to_owned(),
+                detail: format!(
+                    "{when} {}, but no one else this server admits has approved it{}. If you did not just add it to your own tool, someone may have sent you this link to obtain access as you.",
+                    ago(now, client.registered_at),
+                    if established == 0 { "" } else { " until moments ago" }
+                ),
+            }
         });
     }
     if redirect.is_loopback() {
@@ -276,7 +293,9 @@ async fn warnings(
                 ),
             });
         }
-        if !host_is_known(app, &redirect.host()).await? {
+        let host = redirect.host();
+        let seen = approval_store::seen_host(app.store.as_ref(), &host).await?;
+        if !approvals::host_known(rules, &host, seen.as_ref(), None) {
             out.push(WarningView {
                 title: "This destination is new to this server".to_owned(),
                 detail: format!(
@@ -289,52 +308,19 @@ async fn warnings(
     Ok(out)
 }
 
-/// Distinct approvers after which a redirect host is no longer "new".
-const KNOWN_HOST_APPROVERS: usize = 2;
-/// Approvers remembered per host.
-const MAX_REMEMBERED_APPROVERS: usize = 8;
-
-/// Whether a redirect host counts as known: at least [`KNOWN_HOST_APPROVERS`] distinct
-/// people approved clients sending access there, not counting `excluding` (the person
-/// approving now). The one rule for the consent page's warning and for detection, so one
-/// person approving their own phishing client can silence neither.
-pub(crate) fn host_known(rec: &SeenHostRecord, excluding: Option<&str>) -> bool {
-    rec.approvers
-        .iter()
-        .filter(|a| Some(a.as_str()) != excluding)
-        .count()
-        >= KNOWN_HOST_APPROVERS
-}
-
-async fn host_is_known(app: &App, host: &str) -> Result<bool, FlowError> {
-    let rec: Option<SeenHostRecord> = app
-        .store
-        .get_json(Keyspace::SeenRedirectHosts, host)
-        .await?;
-    // The person is not known yet on the consent page (they sign in at GitHub after it).
-    Ok(rec.is_some_and(|r| host_known(&r, None)))
-}
-
-/// Records that `user` approved a client sending access to `host`.
+/// Records, when approvals can count (`[access]` closed), that `user` approved `client` sending
+/// access to `host`.
 pub async fn note_approver(
     app: &App,
     host: &str,
+    client: &crate::ids::ClientId,
     user: &crate::ids::UserId,
 ) -> Result<(), FlowError> {
-    let who = crypto::hash_secret(user.as_str());
-    let mut rec: SeenHostRecord = app
-        .store
-        .get_json(Keyspace::SeenRedirectHosts, host)
-        .await?
-        .unwrap_or_default();
-    if rec.approvers.contains(&who) || rec.approvers.len() >= MAX_REMEMBERED_APPROVERS {
+    if !app.approval_rules().records_approvals() {
         return Ok(());
     }
-    rec.approvers.push(who);
-    // Two approvals racing may drop one name; the host then stays "new" a little longer.
-    app.store
-        .put_json(Keyspace::SeenRedirectHosts, host, &rec, None)
-        .await?;
+    let who = crypto::hash_secret(user.as_str());
+    approval_store::note(app.store.as_ref(), host, client, &who, app.clock.now()).await?;
     Ok(())
 }
 

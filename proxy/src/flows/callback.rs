@@ -211,7 +211,7 @@ pub async fn github_callback(
             .await?;
             // Approving a client on the consent page lets it use GitHub with those scopes.
             github_access::allow(app, &user_id, &txn.client_id, &txn.scopes).await?;
-            super::authorize::note_approver(app, &host, &user_id).await?;
+            super::authorize::note_approver(app, &host, &txn.client_id, &user_id).await?;
             app.audit
                 .record(AuditEvent::ConsentRecorded {
                     user_id: user_id.clone(),

@@ -8,6 +8,7 @@ use super::FlowError;
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::audit::detect;
+use crate::bindings::approvals;
 use crate::bindings::audience::Audience;
 use crate::bindings::browser_state::BrowserBound;
 use crate::bindings::consent_registry::{self, ConsentGranted};
@@ -16,7 +17,8 @@ use crate::bindings::redirect::RedirectMatched;
 use crate::oauth::grant;
 use crate::oauth::pkce::CodeChallenge;
 use crate::session::FreshSession;
-use crate::store::records::{ClientRecord, CodeRecord, SeenHostRecord, UpstreamStateRecord};
+use crate::store::approvals as approval_store;
+use crate::store::records::{ClientRecord, CodeRecord, UpstreamStateRecord};
 use crate::store::{Keyspace, StoreExt};
 
 /// How we know the person is at this browser now.
@@ -53,19 +55,28 @@ async fn code_issue_facts(
     .await?
     .is_some();
     let host = redirect.host();
-    let seen: Option<SeenHostRecord> = app
-        .store
-        .get_json(Keyspace::SeenRedirectHosts, &host)
-        .await?;
+    let rules = app.approval_rules();
+    let seen = approval_store::seen_host(app.store.as_ref(), &host).await?;
+    let client_approvals =
+        approval_store::of_client(app.store.as_ref(), redirect.client_id()).await?;
+    // The callback noted this person as an approver already: count only the others.
     let me = crate::crypto::hash_secret(user.as_str());
+    let now = app.clock.now();
     Ok(detect::CodeIssueFacts {
         user_id: user.clone(),
         client_id: redirect.client_id().clone(),
         consent_on_record: on_record,
-        client_age_secs: client.map(|c| app.clock.now().since(c.registered_at)),
+        client_age_secs: client.map(|c| {
+            approvals::established_secs(
+                rules,
+                now.since(c.registered_at),
+                client_approvals.as_ref(),
+                Some(&me),
+                now,
+            )
+        }),
         loopback: redirect.is_loopback(),
-        // The callback noted this person as an approver already: count only the others.
-        host_seen_before: seen.is_some_and(|s| super::authorize::host_known(&s, Some(&me))),
+        host_seen_before: approvals::host_known(rules, &host, seen.as_ref(), Some(&me)),
         redirect_host: host,
     })
 }

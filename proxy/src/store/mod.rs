@@ -9,6 +9,7 @@
 //! the response still goes out only after every write of the request is on disk; what changes
 //! is that a request pays for one flush instead of one per write.
 
+pub mod approvals;
 #[cfg(test)]
 mod conformance;
 mod metered;
@@ -78,11 +79,13 @@ pub enum Keyspace {
     ClientDedupe,
     /// Each person's standing as last checked with GitHub (admission), by user id.
     Standing,
+    /// Admitted people's first approvals of a client, by client id.
+    ClientApprovals,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 22] = [
+    pub const ALL: [Keyspace; 23] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -105,6 +108,7 @@ impl Keyspace {
         Keyspace::CimdClients,
         Keyspace::ClientDedupe,
         Keyspace::Standing,
+        Keyspace::ClientApprovals,
     ];
 
     /// On-disk name.
@@ -132,6 +136,7 @@ impl Keyspace {
             Keyspace::CimdClients => "cimd_clients",
             Keyspace::ClientDedupe => "client_dedupe",
             Keyspace::Standing => "standing",
+            Keyspace::ClientApprovals => "client_approvals",
         }
     }
 }

@@ -272,13 +272,31 @@ pub struct GrantRecord {
     pub broken: bool,
 }
 
-/// People who approved a client sending access to one redirect host (hashed user ids,
-/// bounded): a host counts as known only once several people have, so an attacker approving
-/// their own client cannot silence the warning for everyone else.
+/// Admitted people who approved a client sending access to one redirect host (hashed user
+/// ids, bounded): a host counts as known only once several admitted people other than the one
+/// approving now have (`bindings::approvals`). Approvals made while admission was open were
+/// kept under another field name and are ignored: they prove nothing.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SeenHostRecord {
-    /// SHA-256 of each approver's user id.
-    pub approvers: Vec<String>,
+    /// SHA-256 of each admitted approver's user id.
+    #[serde(default)]
+    pub admitted_approvers: Vec<String>,
+}
+
+/// One admitted person's first approval of a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientApproval {
+    /// SHA-256 of the approver's user id.
+    pub approver: String,
+    /// When they first approved it.
+    pub at: UnixTime,
+}
+
+/// Who (admitted) first approved a client, and when (bounded), by client id.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientApprovalsRecord {
+    /// In the order they happened.
+    pub approvals: Vec<ClientApproval>,
 }
 
 /// A metadata-document client as last validated, by its URL: when this proxy first saw it,
