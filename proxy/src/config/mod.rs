@@ -84,6 +84,8 @@ struct RawConfig {
     rate_limits: registration::RawRateLimits,
     #[serde(default)]
     admin: admin::RawAdmin,
+    /// Owned by `telemetry`, which checks its keys.
+    telemetry: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -293,6 +295,8 @@ pub struct Config {
     pub trusted_proxies: TrustedProxies,
     /// The admin listener (metrics, health, admin API).
     pub admin: admin::AdminConfig,
+    /// `[telemetry]`: where traces are exported; `None`: off.
+    pub telemetry: Option<crate::telemetry::TelemetryConfig>,
 }
 
 /// Connect links (DESIGN.md §6).
@@ -1051,6 +1055,7 @@ impl Config {
             &mut errs,
         );
         let admin = admin::validate(&raw.admin, listen, env, &mut errs);
+        let telemetry = crate::telemetry::TelemetryConfig::from_section(raw.telemetry, &mut errs);
 
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
@@ -1064,6 +1069,7 @@ impl Config {
                     rate_limits,
                     trusted_proxies,
                     admin,
+                    telemetry,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,
