@@ -71,9 +71,10 @@ mod e2e {
     mod real_client;
 }
 
-/// Operations: TLS with certificate reload, graceful shutdown of the real binary.
+/// Operations: TLS with certificate reload, graceful shutdown of the real binary, traces.
 mod ops {
     mod shutdown;
+    mod telemetry;
     mod tls;
 }
 
