@@ -72,11 +72,12 @@ mod e2e {
 }
 
 /// Operations: TLS with certificate reload, graceful shutdown of the real binary, the demo's
-/// ports, the deployment assets.
+/// ports, the deployment assets, traces.
 mod ops {
     mod demo;
     mod deploy;
     mod shutdown;
+    mod telemetry;
     mod tls;
 }
 

@@ -28,6 +28,7 @@ pub mod run;
 pub mod session;
 pub mod shutdown;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 
 /// The allocator of every binary that links this crate (the proxy, the benchmark, the tests),

@@ -63,17 +63,12 @@ enum Command {
     Admin(mcp_oauth_proxy::cli::admin::AdminArgs),
 }
 
-fn init_logging(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+/// Logging, and trace export when `[telemetry]` configures it (telemetry/mod.rs).
+fn init_logging(
+    json: bool,
+    config: Option<&Config>,
+) -> Result<mcp_oauth_proxy::telemetry::Telemetry, mcp_oauth_proxy::telemetry::TelemetryError> {
+    mcp_oauth_proxy::telemetry::init(json, config.and_then(|c| c.telemetry.as_ref()))
 }
 
 fn main() -> ExitCode {
@@ -119,7 +114,13 @@ fn main() -> ExitCode {
         || config
             .as_ref()
             .is_some_and(|c| c.log.format == mcp_oauth_proxy::config::LogFormat::Json);
-    init_logging(json);
+    let telemetry = match init_logging(json, config.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -157,6 +158,8 @@ fn main() -> ExitCode {
             _ => Ok(()),
         }
     });
+    // Served and drained: export the spans still queued.
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ (run::StartError::Keys(_) | run::StartError::Store { .. })) => {

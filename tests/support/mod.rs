@@ -8,6 +8,7 @@ pub mod browser;
 pub mod client;
 pub mod logs;
 pub mod mcp;
+pub mod otlp;
 pub mod people;
 
 use std::sync::Arc;

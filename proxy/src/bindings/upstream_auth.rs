@@ -19,6 +19,10 @@ const REQUEST_ALLOW: &[&str] = &[
     "mcp-method",
     "mcp-name",
 ];
+// `traceparent` and `tracestate` are not on the list: they are not copied but produced anew
+// by `telemetry::span::inject_backend` from their parsed value (the backend call's own span
+// context when traces are exported, else the client's context; a malformed value is dropped).
+
 /// Response headers copied to the client.
 const RESPONSE_ALLOW: &[&str] = &[
     "content-type",
@@ -139,6 +143,21 @@ mod tests {
         let auth: Vec<_> = out.get_all("authorization").iter().collect();
         assert_eq!(auth.len(), 1);
         assert_eq!(auth[0], "Bearer gho_x");
+    }
+
+    #[test]
+    fn trace_context_is_not_copied_but_left_to_telemetry() {
+        let mut h = inbound();
+        h.insert(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                .parse()
+                .unwrap(),
+        );
+        h.insert("tracestate", "k=v".parse().unwrap());
+        let cred = BackendCredential::github_token(&checked(), &GitHubToken::new("gho_x")).unwrap();
+        let out = upstream_headers(&h, cred);
+        assert!(out.get("traceparent").is_none() && out.get("tracestate").is_none());
     }
 
     #[test]

@@ -87,6 +87,8 @@ struct RawConfig {
     /// Owned and validated by the admission binding.
     #[serde(default)]
     access: crate::bindings::admission::RawAccess,
+    /// Owned by `telemetry`, which checks its keys.
+    telemetry: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -298,6 +300,8 @@ pub struct Config {
     pub admin: admin::AdminConfig,
     /// `[access]`: who may sign in (GitHub orgs, teams, people), and how often it is re-checked.
     pub access: crate::bindings::admission::AccessPolicy,
+    /// `[telemetry]`: where traces are exported; `None`: off.
+    pub telemetry: Option<crate::telemetry::TelemetryConfig>,
 }
 
 /// Connect links (docs/DESIGN.md §6).
@@ -1064,6 +1068,7 @@ impl Config {
                 .unwrap_or_default(),
             &mut errs,
         );
+        let telemetry = crate::telemetry::TelemetryConfig::from_section(raw.telemetry, &mut errs);
 
         match (public_url, listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
@@ -1078,6 +1083,7 @@ impl Config {
                     trusted_proxies,
                     admin,
                     access,
+                    telemetry,
                     connect: ConnectPolicy {
                         link_ttl_secs: raw.connect.link_ttl_secs,
                         max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,

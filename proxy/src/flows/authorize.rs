@@ -86,6 +86,8 @@ pub async fn authorize(
         q.redirect_uri.as_deref(),
     )
     .map_err(|_| FlowError::Page(pages::BAD_REDIRECT))?;
+    // A known client (an unknown id is request text, so it is not recorded).
+    crate::telemetry::span::record_client_id(&client.client_id);
 
     // 2. Everything else; errors now go back to the verified redirect URI.
     let state = q.state.as_deref();

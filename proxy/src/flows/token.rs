@@ -72,6 +72,7 @@ pub async fn authenticate_client(
         _ => false,
     };
     if ok {
+        crate::telemetry::span::record_client_id(&client.client_id);
         Ok(client)
     } else {
         Err(INVALID_CLIENT.into())

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
+use tracing::Instrument as _;
 
 use super::jsonrpc::{Inbound, Scanner, Seen, Version};
 use super::{ClientContext, GatewayError, McpRequest};
@@ -22,6 +23,7 @@ use crate::bindings::session_binding;
 use crate::bindings::upstream_auth::{self, BackendCredential};
 use crate::config::BackendConfig;
 use crate::store::records::AccessTokenRecord;
+use crate::telemetry::span as telemetry;
 
 /// A body stream.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
@@ -99,21 +101,24 @@ pub async fn forward(
     context: ClientContext,
 ) -> Result<Forwarded, GatewayError> {
     let http = app.backend_http.as_ref().ok_or(GatewayError::NoBackend)?;
-    let headers = upstream_auth::upstream_headers(&req.headers, credential);
+    // The backend call's span: held by the observer until the answer has streamed through.
+    let span = telemetry::backend_span(&req.method, &backend.url, inbound.method.as_deref());
+    let mut headers = upstream_auth::upstream_headers(&req.headers, credential);
+    telemetry::inject_backend(&span, &req.headers, &mut headers);
     let resp = http
         .request(req.method, backend.url.clone())
         .headers(headers)
         .body(req.body)
         .send()
+        .instrument(span.clone())
         .await
         .map_err(|e| {
-            GatewayError::Backend(if e.is_connect() {
-                "connect".into()
-            } else {
-                "request".into()
-            })
+            let kind = if e.is_connect() { "connect" } else { "request" };
+            telemetry::backend_finished(&span, Err(kind));
+            GatewayError::Backend(kind.into())
         })?;
     let status = resp.status();
+    telemetry::backend_finished(&span, Ok(status));
     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
         // The backend refused the credential the proxy gave it; the client's own token is
         // fine, so this must not look like a 401 from us. With the person's GitHub token, that
@@ -167,6 +172,7 @@ pub async fn forward(
         recorded: false,
         status,
         http_request_id: crate::audit::request_id::current(),
+        _span: span,
     };
     let body = relay(
         resp.bytes_stream(),
@@ -193,6 +199,8 @@ struct Observer {
     status: StatusCode,
     /// The HTTP request's id: the body streams after the handler returned, outside its scope.
     http_request_id: Option<String>,
+    /// The backend call's span, which ends (and lets the request's span end) with the stream.
+    _span: tracing::Span,
 }
 
 impl Observer {

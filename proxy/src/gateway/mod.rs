@@ -153,6 +153,7 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
             return reject_token(app, reason, GatewayError::InvalidToken(r)).await;
         }
     };
+    crate::telemetry::span::record_client_id(&token.get().client_id);
     // Borrowed, not cloned: the config is shared and fixed for the process's life.
     let Some(backend) = app.config.backend.as_ref() else {
         return Err(GatewayError::NoBackend);

@@ -47,6 +47,7 @@ pub fn page(p: PageProblem, request_id: String) -> Response {
 
 /// JSON OAuth error response.
 pub fn oauth_json(e: &OAuthError) -> Response {
+    crate::telemetry::span::record_outcome(e.code.as_str());
     let status = match e.code {
         ErrorCode::InvalidClient | ErrorCode::InvalidToken => StatusCode::UNAUTHORIZED,
         ErrorCode::SlowDown => StatusCode::TOO_MANY_REQUESTS,
@@ -164,6 +165,21 @@ pub fn gateway(app: &crate::app::App, e: GatewayError) -> Response {
         )
             .into_response()
     };
+    crate::telemetry::span::record_outcome(match &e {
+        GatewayError::NoToken => "no_token",
+        GatewayError::InvalidToken(_) => "invalid_token",
+        GatewayError::TokenInQuery => "token_in_query",
+        GatewayError::InsufficientScope(_) => "insufficient_scope",
+        GatewayError::BadRequestState { .. } => "bad_request_state",
+        GatewayError::GitHubRejected => "github_rejected",
+        GatewayError::ForbiddenOrigin => "forbidden_origin",
+        GatewayError::UnknownSession => "unknown_session",
+        GatewayError::GitHubAccessMissing { .. } => "github_access_missing",
+        GatewayError::NoBackend => "no_backend",
+        GatewayError::StandingUnverifiable => "standing_unverifiable",
+        GatewayError::Backend(_) => "backend_error",
+        GatewayError::Store(_) => "store_error",
+    });
     match e {
         GatewayError::NoToken => oauth(
             StatusCode::UNAUTHORIZED,

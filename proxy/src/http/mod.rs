@@ -14,6 +14,7 @@ mod metadata;
 mod rate_limit;
 mod request_id;
 mod request_metrics;
+mod trace;
 
 use std::future::Future;
 
@@ -126,6 +127,7 @@ pub fn router(app: App) -> Router {
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
         .route_layer(axum::middleware::from_fn(request_metrics::tag_route))
+        .route_layer(axum::middleware::from_fn(trace::route))
         .fallback(browser::not_found)
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
@@ -140,6 +142,7 @@ pub fn router(app: App) -> Router {
     };
     routes
         .layer(axum::middleware::from_fn(request_id::request_id))
+        .layer(axum::middleware::from_fn(trace::trace))
         .layer(axum::middleware::from_fn_with_state(
             app.metrics.clone(),
             request_metrics::record,

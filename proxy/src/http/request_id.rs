@@ -17,6 +17,7 @@ pub async fn request_id(req: Request, next: Next) -> Response {
     let Some(id) = request_id::generate() else {
         return next.run(req).await;
     };
+    crate::telemetry::span::record_request_id(&id);
     let span = tracing::info_span!("request", request_id = %id);
     let mut resp = request_id::scope(id.clone(), next.run(req).instrument(span)).await;
     if let Ok(v) = HeaderValue::from_str(&id) {
