@@ -49,6 +49,7 @@ mod connect {
     mod exchange;
     mod links;
     mod refusals;
+    mod revocation;
 }
 
 /// Several replicas on one PostgreSQL database (skipped with a notice without PostgreSQL,

@@ -13,7 +13,7 @@ fn opts() -> Options {
     }
 }
 
-async fn exchange(proxy: &TestProxy, id: &str, secret: &str, subject: &str) -> JsonResp {
+pub(crate) async fn exchange(proxy: &TestProxy, id: &str, secret: &str, subject: &str) -> JsonResp {
     let r = http()
         .post(proxy.url("/token"))
         .basic_auth(id, Some(secret))
@@ -43,7 +43,7 @@ async fn exchange(proxy: &TestProxy, id: &str, secret: &str, subject: &str) -> J
 }
 
 /// The backend token the proxy attached to the last forwarded request.
-fn last_backend_token(proxy: &TestProxy) -> String {
+pub(crate) fn last_backend_token(proxy: &TestProxy) -> String {
     let r = proxy.backend().requests().pop().unwrap();
     r.header("authorization")
         .unwrap()

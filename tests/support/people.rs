@@ -60,10 +60,20 @@ impl Person {
         assert_eq!(r.status, 303);
     }
 
-    /// Disconnects GitHub (account page).
-    pub async fn disconnect_github(&self, proxy: &TestProxy) {
+    /// Disconnects GitHub (account page); returns where the page sent the browser.
+    pub async fn disconnect_github(&self, proxy: &TestProxy) -> String {
         let r = self.account_post(proxy, "/account/disconnect", &[]).await;
         assert_eq!(r.status, 303);
+        r.location().unwrap()
+    }
+
+    /// Revokes their agent (account page: consent, tokens, GitHub allowance).
+    pub async fn revoke_agent(&self, proxy: &TestProxy) {
+        let r = self
+            .account_post(proxy, "/account/revoke", &[("client_id", &self.client.id)])
+            .await;
+        assert_eq!(r.status, 303);
+        assert_eq!(r.location().as_deref(), Some("/account?notice=revoked"));
     }
 
     /// Opens a link in their browser, as a click from a chat would.

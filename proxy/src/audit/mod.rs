@@ -63,6 +63,8 @@ pub enum AuditEvent {
         consents: usize,
         /// Families revoked.
         families: usize,
+        /// People's GitHub allowances for it withdrawn.
+        allowances: usize,
     },
     /// An operator lifted the block a delete put on a metadata-document client.
     ClientUnblocked {
@@ -75,6 +77,10 @@ pub enum AuditEvent {
         user_id: UserId,
         /// Families revoked.
         families: usize,
+        /// What happened at GitHub (`revoked`, `no_grant`, or why it was not confirmed).
+        github_revocation: &'static str,
+        /// Agent allowances withdrawn.
+        allowances: usize,
     },
     /// The consent page was shown.
     ConsentShown {
@@ -236,6 +242,10 @@ pub enum AuditEvent {
     GitHubGrantDisconnected {
         /// Person.
         user_id: UserId,
+        /// What happened at GitHub (`revoked`, `no_grant`, or why it was not confirmed).
+        github_revocation: &'static str,
+        /// Agent allowances withdrawn.
+        allowances: usize,
     },
     /// A person stopped an agent from using GitHub.
     AllowanceWithdrawn {
@@ -299,10 +309,11 @@ pub enum AuditEvent {
     },
     /// A token exchange was refused.
     TokenExchangeRefused {
-        /// "connect_required", "allow_required", "reconnect_required", or why the request was invalid.
+        /// "connect_required", "allow_required", "reconnect_required", "subject_revoked" (the
+        /// backend token's authorization was revoked), or why the request was invalid.
         reason: String,
     },
-    /// A person revoked a client on the account page.
+    /// A person revoked a client on the account page (or an operator did for them).
     ClientAccessRevoked {
         /// Person.
         user_id: UserId,
@@ -310,6 +321,8 @@ pub enum AuditEvent {
         client_id: ClientId,
         /// Families revoked.
         families: usize,
+        /// Whether the client's GitHub allowance was withdrawn.
+        allowance: bool,
     },
     /// Someone GitHub identified is not admitted by `[access]`: refused at sign-in before any
     /// session, grant, consent or code; the token minted for the sign-in was revoked at GitHub.
@@ -625,6 +638,7 @@ mod tests {
                 client_id: c(),
                 consents: 0,
                 families: 0,
+                allowances: 0,
             },
             AuditEvent::ClientUnblocked { client_id: c() },
             AuditEvent::SignInRefused {
@@ -639,6 +653,8 @@ mod tests {
             AuditEvent::GrantRevokedByAdmin {
                 user_id: u(),
                 families: 0,
+                github_revocation: "revoked",
+                allowances: 0,
             },
             AuditEvent::ConsentShown {
                 client_id: c(),
@@ -719,7 +735,11 @@ mod tests {
                 user_id: u(),
                 reason: s(),
             },
-            AuditEvent::GitHubGrantDisconnected { user_id: u() },
+            AuditEvent::GitHubGrantDisconnected {
+                user_id: u(),
+                github_revocation: "revoked",
+                allowances: 0,
+            },
             AuditEvent::AllowanceWithdrawn {
                 user_id: u(),
                 client_id: c(),
@@ -758,6 +778,7 @@ mod tests {
                 user_id: u(),
                 client_id: c(),
                 families: 0,
+                allowance: false,
             },
             AuditEvent::AlertRaised {
                 alert: detect::AlertKind::WrongAudienceRate,

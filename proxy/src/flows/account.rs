@@ -4,7 +4,7 @@
 
 use consent_ui::{AccountPage, ConsentRow};
 
-use super::{FlowError, pages, token};
+use super::{FlowError, pages, revoke};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::{browser_state, consent_registry};
@@ -34,8 +34,9 @@ pub enum AccountOutcome {
 fn notice_text(key: Option<&str>) -> Option<String> {
     match key {
         Some("disconnected") => Some("GitHub is disconnected. Agents that need it will ask you, with a link, to connect it again.".to_owned()),
+        Some("disconnected_unconfirmed") => Some("GitHub is disconnected here, but GitHub did not confirm that it revoked this server's access. To be sure, revoke it yourself in your GitHub settings, under Applications.".to_owned()),
         Some("withdrawn") => Some("That agent may no longer use your GitHub account.".to_owned()),
-        Some("revoked") => Some("Access was revoked. That application's tokens no longer work, and it will have to ask for your consent again.".to_owned()),
+        Some("revoked") => Some("Access was revoked. That application's tokens no longer work, it may no longer use your GitHub account, and it will have to ask for your consent again.".to_owned()),
         _ => None,
     }
 }
@@ -120,22 +121,25 @@ pub async fn show(
     })))
 }
 
-/// `POST /account/disconnect`: forgets the person's GitHub grant here and revokes it at
-/// GitHub. Agents then get a connect link when they need GitHub.
+/// `POST /account/disconnect`: forgets the person's GitHub grant here, revokes it at GitHub
+/// and withdraws every agent's allowance. Agents then get a connect link when they need
+/// GitHub. If GitHub did not confirm the revocation, the page says so.
 pub async fn disconnect(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
     let (s, _) = checked_session(app, &form).await?;
     let user = &s.record.user_id;
-    let token = app.grants.access_token(user).await.ok();
-    app.grants.remove(user).await?;
-    if let Some(t) = token {
-        app.github.delete_grant(&t).await;
-    }
+    let forgotten = revoke::github_grant_of(app, user).await?;
     app.audit
         .record(AuditEvent::GitHubGrantDisconnected {
             user_id: user.clone(),
+            github_revocation: forgotten.github.as_str(),
+            allowances: forgotten.allowances,
         })
         .await?;
-    Ok("/account?notice=disconnected")
+    Ok(if forgotten.github.failed() {
+        "/account?notice=disconnected_unconfirmed"
+    } else {
+        "/account?notice=disconnected"
+    })
 }
 
 /// `POST /account/withdraw`: one agent may no longer use the person's GitHub account (it keeps
@@ -189,8 +193,9 @@ async fn checked_session(
     Ok((s, p))
 }
 
-/// `POST /account/revoke`: forget the consents and kill the tokens of one client. Returns the
-/// path to redirect to (303).
+/// `POST /account/revoke`: forget the consents, kill the tokens (backend tokens included) and
+/// withdraw the GitHub allowance of one client (`flows::revoke`). Returns the path to redirect
+/// to (303).
 pub async fn revoke(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
     let (s, p) = checked_session(app, &form).await?;
     let client_id = ClientId::new(
@@ -198,15 +203,13 @@ pub async fn revoke(app: &App, form: AccountForm<'_>) -> Result<&'static str, Fl
             .ok_or(FlowError::Page(pages::BAD_REQUEST))?,
     );
     let user = &s.record.user_id;
-    // Consent first, so nothing new can be authorized; then every family. A code issued just
-    // before is refused at redemption because its consent is gone.
-    consent_registry::revoke_client(app.store.as_ref(), user, &client_id).await?;
-    let families = token::revoke_user_client(app, user, &client_id).await?;
+    let revoked = revoke::client_for(app, user, &client_id).await?;
     app.audit
         .record(AuditEvent::ClientAccessRevoked {
             user_id: user.clone(),
             client_id,
-            families,
+            families: revoked.families,
+            allowance: revoked.allowance,
         })
         .await?;
     Ok("/account?notice=revoked")

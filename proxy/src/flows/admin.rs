@@ -17,7 +17,8 @@ use crate::audit::{AuditEvent, verify::VerifyReport};
 use crate::bindings::consent_registry;
 use crate::clients::{ClientsError, cimd};
 use crate::crypto;
-use crate::flows::token;
+use crate::flows::{github_access, revoke, token};
+use crate::github::grants::GitHubRevocation;
 use crate::ids::{ClientId, FamilyId, UserId};
 use crate::store::records::{CimdClientRecord, ClientRecord};
 use crate::store::{Keyspace, StoreError, StoreExt};
@@ -286,6 +287,13 @@ pub struct Revoked {
     pub families: usize,
     /// Whether a GitHub grant was forgotten.
     pub grant_removed: bool,
+    /// Agent allowances (permission to use a person's GitHub account) withdrawn.
+    pub allowances: usize,
+    /// For a grant revocation, what happened at GitHub: `revoked`, `no_grant`, or why it was
+    /// not confirmed (`refused_by_github`, `github_unreachable`, `token_unreadable`; the
+    /// person should then revoke the app in their GitHub settings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub github_revocation: Option<&'static str>,
 }
 
 /// What lifting a block did.
@@ -369,7 +377,9 @@ pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Rev
             revoked += 1;
         }
     }
-    if !took_it && consents == 0 && revoked == 0 {
+    // Backend tokens died with their families; the allowances go too.
+    let allowances = github_access::withdraw_everywhere(app, id).await?;
+    if !took_it && consents == 0 && revoked == 0 && allowances == 0 {
         return Err(AdminError::NotFound("client"));
     }
     app.audit
@@ -377,12 +387,15 @@ pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Rev
             client_id: id.clone(),
             consents,
             families: revoked,
+            allowances,
         })
         .await?;
     Ok(Revoked {
         consents,
         families: revoked,
         grant_removed: false,
+        allowances,
+        github_revocation: None,
     })
 }
 
@@ -395,71 +408,61 @@ pub async fn list_consents(
     Ok(consent_registry::list(app.store.as_ref(), user).await?)
 }
 
-/// Revokes a person's consent for a client and the client's tokens for that person (what the
-/// account page's "revoke" does).
+/// Revokes a person's consent for a client, the client's tokens (backend tokens included) and
+/// its GitHub allowance for that person: exactly what the account page's "revoke" does
+/// (`flows::revoke::client_for`).
 pub async fn revoke_consent(
     app: &App,
     _: &Operator,
     user: &UserId,
     client: &ClientId,
 ) -> Result<Revoked, AdminError> {
-    // Consent first, so nothing new can be authorized; then every family.
-    let consents = consent_registry::revoke_client(app.store.as_ref(), user, client).await?;
-    let families = token::revoke_user_client(app, user, client).await?;
-    if consents == 0 && families == 0 {
+    let r = revoke::client_for(app, user, client).await?;
+    if !r.anything() {
         return Err(AdminError::NotFound("consent"));
     }
     app.audit
         .record(AuditEvent::ClientAccessRevoked {
             user_id: user.clone(),
             client_id: client.clone(),
-            families,
+            families: r.families,
+            allowance: r.allowance,
         })
         .await?;
     Ok(Revoked {
-        consents,
-        families,
+        consents: r.consents,
+        families: r.families,
         grant_removed: false,
+        allowances: usize::from(r.allowance),
+        github_revocation: None,
     })
 }
 
-/// Forgets a person's GitHub grant (and revokes it at GitHub) and revokes every proxy token
-/// the person holds, for all clients.
+/// Forgets a person's GitHub grant (and revokes it at GitHub, reporting whether GitHub
+/// confirmed), withdraws every agent allowance, and revokes every proxy token the person
+/// holds, for all clients (backend tokens die with their families).
 pub async fn revoke_grant(app: &App, _: &Operator, user: &UserId) -> Result<Revoked, AdminError> {
-    let had_grant = app
-        .grants
-        .get(user)
-        .await
-        .map_err(FlowError::from)?
-        .is_some();
-    let github_token = if had_grant {
-        app.grants.access_token(user).await.ok()
-    } else {
-        None
-    };
-    app.grants.remove(user).await.map_err(FlowError::from)?;
-    if let Some(t) = github_token {
-        app.github.delete_grant(&t).await;
-    }
-    let mut revoked = 0;
-    for (_, _, fam) in families(app, &format!("{}|", user.as_str())).await? {
-        if token::revoke_family(app, &fam).await? {
-            revoked += 1;
-        }
-    }
-    if !had_grant && revoked == 0 {
+    let everything = revoke::everything_of(app, user).await?;
+    let forgotten = everything.grant;
+    let revoked = everything.families;
+    let had_grant = forgotten.github != GitHubRevocation::NoGrant;
+    if !had_grant && revoked == 0 && forgotten.allowances == 0 {
         return Err(AdminError::NotFound("grant or tokens for this user"));
     }
     app.audit
         .record(AuditEvent::GrantRevokedByAdmin {
             user_id: user.clone(),
             families: revoked,
+            github_revocation: forgotten.github.as_str(),
+            allowances: forgotten.allowances,
         })
         .await?;
     Ok(Revoked {
         consents: 0,
         families: revoked,
         grant_removed: had_grant,
+        allowances: forgotten.allowances,
+        github_revocation: Some(forgotten.github.as_str()),
     })
 }
 

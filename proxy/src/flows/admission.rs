@@ -16,7 +16,7 @@ use crate::bindings::admission::{
     self, Admitted, Decision, Identity, Question, Recheck, Refusal, Standing, StandingCheck,
 };
 use crate::github::client::{GitHubError, GitHubUser};
-use crate::github::grants::GrantError;
+use crate::github::grants::{GitHubRevocation, GrantError};
 use crate::ids::{GitHubToken, UserId};
 use crate::store::records::GrantRecord;
 use crate::store::standing;
@@ -248,31 +248,18 @@ async fn ask_github(app: &App, user: &UserId, grant: &GrantRecord) -> Result<Ans
     })
 }
 
-/// Revokes everything the person holds: every refresh family and its access tokens, their
-/// GitHub grant (at GitHub too) and their standing. Audited as `access_lost` when anything was
-/// there to revoke.
+/// Revokes everything the person holds (`flows::revoke::everything_of`: every refresh family
+/// with its access and backend tokens, their GitHub grant here and at GitHub, every agent
+/// allowance) and forgets their standing. Audited as `access_lost` when anything was there.
 async fn lose_access(app: &App, user: &UserId) -> Result<(), FlowError> {
-    let mut families = 0;
-    for family in super::token::families_of(app, user).await? {
-        if super::token::revoke_family(app, &family).await? {
-            families += 1;
-        }
-    }
-    let had_grant = app.grants.get(user).await?.is_some();
-    if had_grant {
-        match app.grants.access_token(user).await {
-            Ok(t) => app.github.delete_grant(&t).await,
-            // The record is removed all the same; GitHub keeps a token we can no longer name.
-            Err(e) => tracing::warn!(error = %e, "could not open the grant to revoke it at GitHub"),
-        }
-        app.grants.remove(user).await?;
-    }
+    let revoked = super::revoke::everything_of(app, user).await?;
     standing::remove(app.store.as_ref(), user).await?;
-    if families > 0 || had_grant {
+    let had_grant = revoked.grant.github != GitHubRevocation::NoGrant;
+    if revoked.families > 0 || had_grant || revoked.grant.allowances > 0 {
         app.audit
             .record(AuditEvent::AccessLost {
                 user_id: user.clone(),
-                families,
+                families: revoked.families,
             })
             .await?;
     }

@@ -4,6 +4,13 @@
 //! configured (registered MCP clients can never use this grant), for the person's GitHub
 //! token. If the person's GitHub access cannot serve the agent, the refusal carries a connect
 //! link the backend relays to its client.
+//!
+//! A backend token is only as good as the authorization it was minted under: it names the
+//! refresh family of the client's access token, and every exchange first checks that family
+//! still stands ([`subject_standing`]). Revoking a client (account page, admin API, a replayed
+//! code, a person's tokens revoked) revokes its families, so its backend tokens stop
+//! exchanging at once without any revocation path having to find them; a new consent for the
+//! same client starts a new family and never revives them.
 
 use serde_json::{Value, json};
 
@@ -13,13 +20,14 @@ use super::github_access::{self, Access};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::connect_link;
+use crate::clock::UnixTime;
 use crate::config::BackendAuth;
 use crate::crypto;
 use crate::ids::{BackendToken, ClientSecret};
 use crate::oauth::error::{ErrorCode, OAuthError};
 use crate::oauth::grant::BACKEND_PREFIX;
 use crate::oauth::request::{ClientAuth, Params, parse_basic};
-use crate::store::records::{BackendTokenRecord, ClientRecord};
+use crate::store::records::{BackendTokenRecord, ClientRecord, FamilyRecord};
 use crate::store::{Keyspace, StoreExt};
 
 /// `grant_type` of a token exchange.
@@ -68,6 +76,63 @@ async fn authenticate_backend(
     Err(INVALID_CLIENT.into())
 }
 
+/// Why a backend token no longer speaks for its person and client, whatever their GitHub
+/// access is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectEnded {
+    /// Past its own expiry (normally the store already reads it as absent).
+    Expired,
+    /// It names no family (minted before backend tokens did): never honoured.
+    Unbound,
+    /// Its family was revoked, or is gone altogether (expired and swept).
+    Revoked,
+    /// The family it names belongs to another person or client (a corrupt or planted record).
+    Mismatch,
+}
+
+/// Whether the authorization a backend token was minted under still stands at `now`: the
+/// token is unexpired, names a family, and that family exists, is the same person's and
+/// client's, and is not revoked. Anything missing counts against the token.
+pub fn subject_standing(
+    rec: &BackendTokenRecord,
+    family: Option<&FamilyRecord>,
+    now: UnixTime,
+) -> Result<(), SubjectEnded> {
+    if rec.expires_at <= now {
+        return Err(SubjectEnded::Expired);
+    }
+    let Some(id) = &rec.family_id else {
+        return Err(SubjectEnded::Unbound);
+    };
+    let Some(f) = family else {
+        return Err(SubjectEnded::Revoked);
+    };
+    if &f.family_id != id || f.user_id != rec.user_id || f.client_id != rec.client_id {
+        return Err(SubjectEnded::Mismatch);
+    }
+    if f.revoked {
+        return Err(SubjectEnded::Revoked);
+    }
+    Ok(())
+}
+
+/// Refuses a subject token whose authorization ended: 400 `invalid_grant` (the grant it
+/// stands for is revoked), audited, no connect link (the client must be approved again, which
+/// no link offers) and nothing else changed.
+async fn refuse_ended(app: &App, ended: SubjectEnded) -> Result<Value, FlowError> {
+    app.audit
+        .record(AuditEvent::TokenExchangeRefused {
+            reason: "subject_revoked".to_owned(),
+        })
+        .await?;
+    tracing::info!(why = ?ended, "token exchange refused: the backend token's authorization ended");
+    Err(OAuthError::new(
+        ErrorCode::InvalidGrant,
+        "the authorization this backend token was issued under has been revoked",
+    )
+    .into())
+}
+
 /// Handles a token-exchange request; returns the RFC 8693 §2.2.1 response.
 pub async fn exchange(
     app: &App,
@@ -110,7 +175,22 @@ pub async fn exchange(
         .store
         .get_json(Keyspace::BackendTokens, &BackendToken::new(subject).hash())
         .await?
-        .ok_or(not_ours)?;
+        .ok_or(not_ours.clone())?;
+    // Before anything about the person's GitHub access (which may refresh a GitHub token or
+    // create a connect link): the authorization itself must still stand.
+    let family: Option<FamilyRecord> = match &rec.family_id {
+        Some(id) => {
+            app.store
+                .get_json(Keyspace::RefreshFamilies, id.as_str())
+                .await?
+        }
+        None => None,
+    };
+    match subject_standing(&rec, family.as_ref(), app.clock.now()) {
+        Ok(()) => {}
+        Err(SubjectEnded::Expired) => return Err(not_ours.into()),
+        Err(ended) => return refuse_ended(app, ended).await,
+    }
     // The person's standing (`[access]`), asked again when it is due.
     match super::admission::standing(app, &rec.user_id).await? {
         Verdict::Admitted | Verdict::TokenBroken => {}
@@ -197,5 +277,142 @@ pub async fn exchange(
                 "connect_message": github_access::message(kind, &agent),
             })))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::ids::{ClientId, FamilyId, UserId};
+    use crate::oauth::scope::ScopeSet;
+
+    const TTL: u64 = 300;
+
+    fn family(id: &str, user: &str, client: &str, revoked: bool, at: UnixTime) -> FamilyRecord {
+        FamilyRecord {
+            family_id: FamilyId::new(id),
+            user_id: UserId::new(user),
+            client_id: ClientId::new(client),
+            scopes: ScopeSet::from_list(["read:user".to_owned()]),
+            resource: "https://mcp.example.com/mcp".to_owned(),
+            current: vec![],
+            previous: None,
+            retired: vec![],
+            replay: None,
+            rotated_at: at,
+            created_at: at,
+            revoked,
+        }
+    }
+
+    /// What the gateway mints for an access token of `fam` at `now`.
+    fn minted(fam: &FamilyRecord, now: UnixTime) -> BackendTokenRecord {
+        BackendTokenRecord {
+            user_id: fam.user_id.clone(),
+            client_id: fam.client_id.clone(),
+            scopes: fam.scopes.clone(),
+            expires_at: now.plus(TTL),
+            family_id: Some(fam.family_id.clone()),
+        }
+    }
+
+    fn clock() -> std::sync::Arc<ManualClock> {
+        ManualClock::new(UnixTime(1_800_000_000))
+    }
+
+    #[test]
+    fn backend_token_of_a_live_family_stands_until_its_expiry() {
+        let clock = clock();
+        let fam = family("f1", "github:1", "mcpc_a", false, clock.now());
+        let rec = minted(&fam, clock.now());
+        assert_eq!(subject_standing(&rec, Some(&fam), clock.now()), Ok(()));
+        clock.advance(TTL - 1);
+        assert_eq!(subject_standing(&rec, Some(&fam), clock.now()), Ok(()));
+        clock.advance(1);
+        assert_eq!(
+            subject_standing(&rec, Some(&fam), clock.now()),
+            Err(SubjectEnded::Expired)
+        );
+    }
+
+    #[test]
+    fn revoked_clients_backend_token_is_refused_at_once() {
+        let clock = clock();
+        let mut fam = family("f1", "github:1", "mcpc_a", false, clock.now());
+        let rec = minted(&fam, clock.now());
+        clock.advance(1);
+        fam.revoked = true;
+        assert_eq!(
+            subject_standing(&rec, Some(&fam), clock.now()),
+            Err(SubjectEnded::Revoked)
+        );
+    }
+
+    #[test]
+    fn backend_token_whose_family_is_gone_is_refused() {
+        let clock = clock();
+        let fam = family("f1", "github:1", "mcpc_a", false, clock.now());
+        let rec = minted(&fam, clock.now());
+        assert_eq!(
+            subject_standing(&rec, None, clock.now()),
+            Err(SubjectEnded::Revoked)
+        );
+    }
+
+    #[test]
+    fn re_approval_does_not_revive_backend_tokens_of_the_revoked_family() {
+        let clock = clock();
+        let old = family("f1", "github:1", "mcpc_a", true, clock.now());
+        let old_token = minted(&old, clock.now());
+        clock.advance(10);
+        // The person approves the same client again: a new family, live.
+        let new = family("f2", "github:1", "mcpc_a", false, clock.now());
+        // The old token is judged by its own family, which stays revoked...
+        assert_eq!(
+            subject_standing(&old_token, Some(&old), clock.now()),
+            Err(SubjectEnded::Revoked)
+        );
+        // ...and the new family, even if handed in its place, is not its family.
+        assert_eq!(
+            subject_standing(&old_token, Some(&new), clock.now()),
+            Err(SubjectEnded::Mismatch)
+        );
+        assert_eq!(
+            subject_standing(&minted(&new, clock.now()), Some(&new), clock.now()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn backend_token_naming_another_persons_or_clients_family_is_refused() {
+        let clock = clock();
+        let fam = family("f1", "github:1", "mcpc_a", false, clock.now());
+        for (user, client) in [("github:2", "mcpc_a"), ("github:1", "mcpc_b")] {
+            let mut rec = minted(&fam, clock.now());
+            rec.user_id = UserId::new(user);
+            rec.client_id = ClientId::new(client);
+            assert_eq!(
+                subject_standing(&rec, Some(&fam), clock.now()),
+                Err(SubjectEnded::Mismatch),
+                "{user} {client}"
+            );
+        }
+    }
+
+    #[test]
+    fn backend_token_from_before_family_binding_never_exchanges() {
+        let clock = clock();
+        let fam = family("f1", "github:1", "mcpc_a", false, clock.now());
+        let mut rec = minted(&fam, clock.now());
+        rec.family_id = None;
+        assert_eq!(
+            subject_standing(&rec, Some(&fam), clock.now()),
+            Err(SubjectEnded::Unbound)
+        );
+        // And such a stored record still reads (the field defaults to absent).
+        let old_json = r#"{"user_id":"github:1","client_id":"mcpc_a","scopes":["read:user"],"expires_at":1800000300}"#;
+        let parsed: Result<BackendTokenRecord, _> = serde_json::from_str(old_json);
+        assert!(parsed.is_ok_and(|r| r.family_id.is_none()));
     }
 }

@@ -7,8 +7,8 @@ use crate::app::App;
 use crate::github::grants::{GrantError, GrantStatus};
 use crate::ids::{ClientId, GitHubToken, UserId};
 use crate::oauth::scope::ScopeSet;
+use crate::store::allowances;
 use crate::store::records::{AllowanceRecord, LinkKind};
-use crate::store::{Keyspace, StoreExt};
 
 /// The answer.
 #[derive(Debug)]
@@ -19,10 +19,6 @@ pub enum Access {
     Needs(LinkKind),
 }
 
-fn key(user: &UserId, client: &ClientId) -> String {
-    format!("{}|{}", user.as_str(), client.as_str())
-}
-
 /// Lets an agent use the person's GitHub account with `scopes` (added to what it had).
 pub async fn allow(
     app: &App,
@@ -30,8 +26,7 @@ pub async fn allow(
     client: &ClientId,
     scopes: &ScopeSet,
 ) -> Result<(), FlowError> {
-    let k = key(user, client);
-    let previous: Option<AllowanceRecord> = app.store.get_json(Keyspace::Allowances, &k).await?;
+    let previous = allowances::get(app.store.as_ref(), user, client).await?;
     let union = match previous {
         Some(p) => ScopeSet::from_list(p.scopes.iter().chain(scopes.iter()).map(str::to_owned)),
         None => scopes.clone(),
@@ -42,29 +37,30 @@ pub async fn allow(
         scopes: union,
         granted_at: app.clock.now(),
     };
-    app.store
-        .put_json(Keyspace::Allowances, &k, &rec, None)
-        .await?;
+    allowances::put(app.store.as_ref(), &rec).await?;
     Ok(())
 }
 
-/// Withdraws an agent's permission.
-pub async fn withdraw(app: &App, user: &UserId, client: &ClientId) -> Result<(), FlowError> {
-    app.store
-        .remove(Keyspace::Allowances, &key(user, client))
-        .await?;
-    Ok(())
+/// Withdraws an agent's permission; returns whether it had one.
+pub async fn withdraw(app: &App, user: &UserId, client: &ClientId) -> Result<bool, FlowError> {
+    Ok(allowances::remove(app.store.as_ref(), user, client).await?)
+}
+
+/// Withdraws every agent's permission to use the person's GitHub account (the grant is being
+/// forgotten); returns how many there were.
+pub async fn withdraw_all_of(app: &App, user: &UserId) -> Result<usize, FlowError> {
+    Ok(allowances::remove_of_user(app.store.as_ref(), user).await?)
+}
+
+/// Withdraws the permission of `client` from everyone (the client is being deleted); returns
+/// how many people had given it.
+pub async fn withdraw_everywhere(app: &App, client: &ClientId) -> Result<usize, FlowError> {
+    Ok(allowances::remove_of_client(app.store.as_ref(), client).await?)
 }
 
 /// The agents a person allowed.
 pub async fn allowances(app: &App, user: &UserId) -> Result<Vec<AllowanceRecord>, FlowError> {
-    Ok(app
-        .store
-        .scan_json::<AllowanceRecord>(Keyspace::Allowances, &format!("{}|", user.as_str()))
-        .await?
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect())
+    Ok(allowances::of_user(app.store.as_ref(), user).await?)
 }
 
 /// Decides, for `client` acting for `user` with `scopes`, whether GitHub access is ready.
@@ -81,10 +77,7 @@ pub async fn for_agent(
         (GrantStatus::Broken, _) => return Ok(Access::Needs(LinkKind::Reconnect)),
         _ => return Ok(Access::Needs(LinkKind::Connect)),
     };
-    let allowance: Option<AllowanceRecord> = app
-        .store
-        .get_json(Keyspace::Allowances, &key(user, client))
-        .await?;
+    let allowance = allowances::get(app.store.as_ref(), user, client).await?;
     if !allowance.is_some_and(|a| a.scopes.covers(scopes)) {
         return Ok(Access::Needs(LinkKind::Allow));
     }

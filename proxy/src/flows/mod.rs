@@ -14,6 +14,7 @@ pub mod consent;
 pub mod exchange;
 pub mod github_access;
 pub mod register;
+pub mod revoke;
 pub mod token;
 
 use crate::bindings::browser_state::StateError;

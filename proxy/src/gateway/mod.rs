@@ -394,6 +394,7 @@ async fn mint_backend_token(
         client_id: t.client_id.clone(),
         scopes: t.scopes.clone(),
         expires_at: now.plus(ttl),
+        family_id: Some(t.family_id.clone()),
     };
     app.store
         .put_json(

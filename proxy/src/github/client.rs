@@ -39,6 +39,15 @@ pub enum GitHubError {
     Protocol(String),
 }
 
+/// Why GitHub did not confirm revoking a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RevocationFailed {
+    /// GitHub answered with this non-success status (422 for a token it does not know).
+    Refused(u16),
+    /// No answer (network error or timeout).
+    Unreachable,
+}
+
 /// Tokens GitHub issued.
 #[derive(Debug)]
 pub struct GitHubTokens {
@@ -380,16 +389,23 @@ impl GitHubClient {
     /// Revokes one token at GitHub ("Delete an app token"), e.g. one minted only to learn who
     /// signed in. Best effort: failures are logged, never shown.
     pub async fn delete_token(&self, token: &GitHubToken) {
-        self.app_api(reqwest::Method::DELETE, "token", token).await;
+        // Logged by `app_api`; nobody is waiting to be told.
+        let _ = self.app_api(reqwest::Method::DELETE, "token", token).await;
     }
 
     /// Revokes the person's whole authorization of our app at GitHub ("Delete an app
-    /// authorization"): every token, and GitHub will ask for consent again. Best effort.
-    pub async fn delete_grant(&self, token: &GitHubToken) {
-        self.app_api(reqwest::Method::DELETE, "grant", token).await;
+    /// authorization"): every token, and GitHub will ask for consent again. GitHub accepts an
+    /// expired token here. The caller reports a failure (`github::grants::Grants::forget`).
+    pub async fn delete_grant(&self, token: &GitHubToken) -> Result<(), RevocationFailed> {
+        self.app_api(reqwest::Method::DELETE, "grant", token).await
     }
 
-    async fn app_api(&self, method: reqwest::Method, what: &str, token: &GitHubToken) {
+    async fn app_api(
+        &self,
+        method: reqwest::Method,
+        what: &str,
+        token: &GitHubToken,
+    ) -> Result<(), RevocationFailed> {
         let url = format!(
             "{}/applications/{}/{what}",
             self.config.api_url.as_str().trim_end_matches('/'),
@@ -408,10 +424,14 @@ impl GitHubClient {
             .send()
             .await;
         match resp {
-            Ok(r) if r.status().is_success() => {}
-            Ok(r) => tracing::warn!(status = %r.status(), what, "GitHub token revocation refused"),
+            Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) => {
+                tracing::warn!(status = %r.status(), what, "GitHub token revocation refused");
+                Err(RevocationFailed::Refused(r.status().as_u16()))
+            }
             Err(e) => {
-                tracing::warn!(error = %transport(&e), what, "GitHub token revocation failed")
+                tracing::warn!(error = %transport(&e), what, "GitHub token revocation failed");
+                Err(RevocationFailed::Unreachable)
             }
         }
     }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::client::{GitHubClient, GitHubError, GitHubTokens, GitHubUser};
+use super::client::{GitHubClient, GitHubError, GitHubTokens, GitHubUser, RevocationFailed};
 use crate::audit::{Audit, AuditEvent};
 use crate::bindings::admission::Admitted;
 use crate::clock::{SharedClock, UnixTime};
@@ -36,6 +36,43 @@ pub enum GrantError {
     /// Sealing or opening failed.
     #[error("grant could not be opened")]
     Crypto,
+}
+
+/// What forgetting a person's grant did at GitHub. Forgetting it here never depends on GitHub;
+/// revoking it there can fail, and then the person must be told to revoke the app at GitHub
+/// themselves (GitHub would otherwise skip its consent screen on the next sign-in and hand a
+/// new token to whoever asks as this person).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitHubRevocation {
+    /// No grant was stored: nothing to revoke.
+    NoGrant,
+    /// GitHub confirmed the revocation.
+    Revoked,
+    /// The stored token could not be opened: GitHub was not asked.
+    TokenUnreadable,
+    /// GitHub did not confirm.
+    Failed(RevocationFailed),
+}
+
+impl GitHubRevocation {
+    /// The word the audit trail and the admin API show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GitHubRevocation::NoGrant => "no_grant",
+            GitHubRevocation::Revoked => "revoked",
+            GitHubRevocation::TokenUnreadable => "token_unreadable",
+            GitHubRevocation::Failed(RevocationFailed::Refused(_)) => "refused_by_github",
+            GitHubRevocation::Failed(RevocationFailed::Unreachable) => "github_unreachable",
+        }
+    }
+
+    /// Whether a grant was stored and GitHub did not confirm revoking it.
+    pub fn failed(self) -> bool {
+        matches!(
+            self,
+            GitHubRevocation::TokenUnreadable | GitHubRevocation::Failed(_)
+        )
+    }
 }
 
 /// Whether a person's grant can be used without calling GitHub.
@@ -208,9 +245,34 @@ impl Grants {
         Ok(self.store.get_json(Keyspace::Grants, user.as_str()).await?)
     }
 
-    /// Forgets a person's grant.
-    pub async fn remove(&self, user: &UserId) -> Result<(), GrantError> {
-        Ok(self.store.remove(Keyspace::Grants, user.as_str()).await?)
+    /// Forgets a person's grant here (an atomic take, so a grant stored meanwhile by a new
+    /// sign-in is the one revoked) and then revokes it at GitHub with the stored token as it
+    /// is: no refresh first (GitHub accepts an expired token for this), and a grant marked
+    /// broken is still revoked, since GitHub may well still honour it. The one path every
+    /// disconnect takes (account page, admin API); a failure is logged here and returned for
+    /// the caller to audit and show.
+    pub async fn forget(&self, user: &UserId) -> Result<GitHubRevocation, GrantError> {
+        let Some(rec) = self
+            .store
+            .take_json::<GrantRecord>(Keyspace::Grants, user.as_str())
+            .await?
+        else {
+            return Ok(GitHubRevocation::NoGrant);
+        };
+        let token = match self.open(user, "access", &rec.sealed_token) {
+            Ok(t) => GitHubToken::new(t),
+            Err(e) => {
+                tracing::warn!(user = user.as_str(), error = %e, "GitHub grant forgotten, but its token could not be opened: not revoked at GitHub");
+                return Ok(GitHubRevocation::TokenUnreadable);
+            }
+        };
+        Ok(match self.github.delete_grant(&token).await {
+            Ok(()) => GitHubRevocation::Revoked,
+            Err(f) => {
+                tracing::warn!(user = user.as_str(), failure = ?f, "GitHub grant forgotten, but GitHub did not confirm revoking it");
+                GitHubRevocation::Failed(f)
+            }
+        })
     }
 
     /// A usable GitHub access token for the person, refreshing an expiring GitHub App token

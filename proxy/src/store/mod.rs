@@ -9,6 +9,7 @@
 //! the response still goes out only after every write of the request is on disk; what changes
 //! is that a request pays for one flush instead of one per write.
 
+pub mod allowances;
 pub mod approvals;
 #[cfg(test)]
 mod conformance;

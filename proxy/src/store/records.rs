@@ -400,4 +400,9 @@ pub struct BackendTokenRecord {
     pub scopes: ScopeSet,
     /// Expiry.
     pub expires_at: UnixTime,
+    /// The refresh family of the access token it was minted from: revoking the family (the
+    /// client revoked, deleted, the person's tokens revoked) ends it at token exchange.
+    /// `None` in records from before this field: such a token never exchanges.
+    #[serde(default)]
+    pub family_id: Option<FamilyId>,
 }

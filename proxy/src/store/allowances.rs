@@ -1,0 +1,87 @@
+//! Agent allowances: which agents (MCP clients) a person lets use their GitHub account, with
+//! which scopes. Stored under `user|client`; callers see only these typed functions.
+
+use super::records::AllowanceRecord;
+use super::{Keyspace, Store, StoreError, StoreExt};
+use crate::ids::{ClientId, UserId};
+
+fn key(user: &UserId, client: &ClientId) -> String {
+    format!("{}|{}", user.as_str(), client.as_str())
+}
+
+/// Prefix of every allowance of `user` (user ids never contain `|`).
+fn user_prefix(user: &UserId) -> String {
+    format!("{}|", user.as_str())
+}
+
+/// The allowance of `client` for `user`, if any.
+pub async fn get(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<Option<AllowanceRecord>, StoreError> {
+    store
+        .get_json(Keyspace::Allowances, &key(user, client))
+        .await
+}
+
+/// Stores (replaces) an allowance.
+pub async fn put(store: &dyn Store, rec: &AllowanceRecord) -> Result<(), StoreError> {
+    store
+        .put_json(
+            Keyspace::Allowances,
+            &key(&rec.user_id, &rec.client_id),
+            rec,
+            None,
+        )
+        .await
+}
+
+/// Removes the allowance of `client` for `user`; returns whether there was one.
+pub async fn remove(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<bool, StoreError> {
+    Ok(store
+        .take(Keyspace::Allowances, &key(user, client))
+        .await?
+        .is_some())
+}
+
+/// Every allowance `user` gave.
+pub async fn of_user(store: &dyn Store, user: &UserId) -> Result<Vec<AllowanceRecord>, StoreError> {
+    Ok(store
+        .scan_json::<AllowanceRecord>(Keyspace::Allowances, &user_prefix(user))
+        .await?
+        .into_iter()
+        .map(|(_, r)| r)
+        .filter(|r| &r.user_id == user)
+        .collect())
+}
+
+/// Removes every allowance `user` gave; returns how many.
+pub async fn remove_of_user(store: &dyn Store, user: &UserId) -> Result<usize, StoreError> {
+    let mut n = 0;
+    for rec in of_user(store, user).await? {
+        if remove(store, user, &rec.client_id).await? {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Removes every person's allowance for `client` (the client is being deleted); returns how
+/// many.
+pub async fn remove_of_client(store: &dyn Store, client: &ClientId) -> Result<usize, StoreError> {
+    let mut n = 0;
+    for (_, rec) in store
+        .scan_json::<AllowanceRecord>(Keyspace::Allowances, "")
+        .await?
+    {
+        if &rec.client_id == client && remove(store, &rec.user_id, client).await? {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
