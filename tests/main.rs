@@ -25,6 +25,7 @@ mod admin {
 }
 
 mod bindings {
+    mod admission;
     mod audience;
     mod browser_state;
     mod consent_cookie;
