@@ -12,6 +12,7 @@
 //! | no passthrough | [`upstream_auth`] | `BackendCredential` |
 //! | session binding | [`session_binding`] | `SessionBound` |
 //! | connect-link opener | [`connect_link`] | `OpenedBy` |
+//! | consent = real access | [`consent_scope`] | `WithinConsent` (storing a GitHub grant needs it) |
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists.
 
@@ -20,6 +21,7 @@ pub mod browser_state;
 pub mod connect_link;
 pub mod consent_cookie;
 pub mod consent_registry;
+pub mod consent_scope;
 pub mod issuer;
 pub mod redirect;
 pub mod session_binding;

@@ -177,7 +177,8 @@ pub async fn github_callback(
             })
         }
         FlowPurpose::Authorize { txn, .. } => {
-            app.grants.save(&user_id, &gh, &tokens).await?;
+            let within = github_access::within_consent(app, &user_id, &txn.scopes, &tokens).await?;
+            app.grants.save(&user_id, &gh, &tokens, within).await?;
             app.audit
                 .record(AuditEvent::GitHubGrantStored {
                     user_id: user_id.clone(),
