@@ -63,6 +63,8 @@ pub struct Options {
     pub client_resolver: Option<Arc<dyn mcp_oauth_proxy::clients::fetch::Resolver>>,
     /// Extra lines inside the `[server]` section (e.g. `trusted_proxies`).
     pub server_toml: String,
+    /// `[github] scopes` as a TOML array (default `["read:user", "repo"]`).
+    pub github_scopes: Option<String>,
 }
 
 /// What replicas of one proxy share.
@@ -194,7 +196,7 @@ listen = "{addr}"
 [github]
 client_id = "gh-client-id"
 client_secret = "gh-client-secret"
-scopes = ["read:user", "repo"]
+scopes = {scopes}
 authorize_url = "{a}"
 token_url = "{t}"
 api_url = "{api}"
@@ -208,6 +210,10 @@ path = "/nonexistent-tests-use-a-temporary-store"
             api = github.api_url(),
             extra = opts.extra_toml,
             server_extra = opts.server_toml,
+            scopes = opts
+                .github_scopes
+                .as_deref()
+                .unwrap_or(r#"["read:user", "repo"]"#),
         );
         let config = Config::from_toml(&toml, &std::collections::HashMap::new()).unwrap();
         // The fake GitHub keeps real time; start the proxy's clock there and move it by hand.
