@@ -30,6 +30,7 @@ mod bindings {
     mod browser_state;
     mod consent_cookie;
     mod consent_registry;
+    mod consent_scope;
     mod issuer;
     mod redirect;
 }

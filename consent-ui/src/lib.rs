@@ -196,6 +196,9 @@ pub struct AccountPage {
     pub notice: Option<String>,
     /// The connected GitHub account's login, if one is connected.
     pub github_login: Option<String>,
+    /// The scopes GitHub reported for the connected account's token, comma-separated (what
+    /// every approved client's backend acts with); empty for none (GitHub App tokens).
+    pub github_scopes: String,
     /// The disconnect form posts hidden `csrf` here, e.g. `/account/disconnect`.
     pub disconnect_action: String,
     /// Each allowed row posts hidden `client_id` and `csrf` here, e.g. `/account/withdraw`.
@@ -212,6 +215,7 @@ impl fmt::Debug for AccountPage {
             .field("sign_out_action", &self.sign_out_action)
             .field("notice", &self.notice)
             .field("github_login", &self.github_login)
+            .field("github_scopes", &self.github_scopes)
             .finish_non_exhaustive()
     }
 }
@@ -313,6 +317,7 @@ mod tests {
             sign_out_action: "/account/sign-out".to_owned(),
             notice: None,
             github_login: Some("alice".to_owned()),
+            github_scopes: "read:user, repo".to_owned(),
             disconnect_action: "/account/disconnect".to_owned(),
             withdraw_action: "/account/withdraw".to_owned(),
         }

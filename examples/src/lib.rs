@@ -277,6 +277,23 @@ impl FakeGitHub {
         self.state().authorizations.contains_key(login)
     }
 
+    /// Like the user having authorized the app at github.com for `scopes` earlier (through
+    /// any flow): later requests these cover complete silently.
+    pub fn authorize_app(&self, login: &str, scopes: &[&str]) {
+        self.state()
+            .authorizations
+            .entry(login.to_owned())
+            .or_default()
+            .extend(scopes.iter().map(|s| (*s).to_owned()));
+    }
+
+    /// `true`: a silently completed request gets a token with the user's whole authorization,
+    /// not only the scopes it asked for (what GitHub documents for a request without
+    /// `scope`; proxies must not rely on the narrower answer).
+    pub fn set_skip_grants_whole_authorization(&self, on: bool) {
+        self.state().skip_grants_whole_authorization = on;
+    }
+
     /// Like the user revoking the app at github.com: all of the user's tokens (and pending
     /// codes) stop working and the authorization is forgotten.
     pub fn revoke_tokens_of(&self, login: &str) {

@@ -139,6 +139,10 @@ pub(crate) struct FakeState {
     pub(crate) token_requests: usize,
     /// login → scopes the user has authorized for the app (server-side, like GitHub).
     pub(crate) authorizations: HashMap<String, BTreeSet<String>>,
+    /// A silently completed request gets a token with everything the user authorized, not
+    /// only what it asked for (GitHub documents this for a request without `scope`, and no
+    /// document rules it out for a narrower one).
+    pub(crate) skip_grants_whole_authorization: bool,
     /// (login, access token) in issue order, revoked ones included.
     pub(crate) issued: Vec<(String, String)>,
     codes: HashMap<String, CodeGrant>,
@@ -422,6 +426,7 @@ impl FakeState {
             violations: Vec::new(),
             token_requests: 0,
             authorizations: HashMap::new(),
+            skip_grants_whole_authorization: false,
             issued: Vec::new(),
             codes: HashMap::new(),
             access: Vec::new(),
@@ -568,7 +573,7 @@ impl FakeState {
         if let Some(granted) = self.authorizations.get(&user.login)
             && covers(granted, &ar.scopes)
         {
-            if ar.scopes.is_empty() {
+            if ar.scopes.is_empty() || self.skip_grants_whole_authorization {
                 ar.scopes = granted.clone();
             }
             return self.issue_code(&user.login, ar);

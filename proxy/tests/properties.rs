@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use mcp_oauth_proxy::bindings::audience::check_resource;
 use mcp_oauth_proxy::bindings::consent_cookie::{self, CookieError, FlowBinding};
+use mcp_oauth_proxy::bindings::consent_scope;
 use mcp_oauth_proxy::bindings::redirect::{
     RedirectError, match_redirect, validate_for_registration,
 };
@@ -1944,15 +1945,18 @@ proptest! {
     }
 
     #[test]
-    fn requested_scopes_never_exceed_the_offer(offered in scope_set(), asked in prop::option::of(prop_oneof![
+    fn requested_scopes_consent_to_exactly_the_offer_or_are_refused(offered in scope_set(), asked in prop::option::of(prop_oneof![
         scope_set().prop_map(|s| s.into_iter().collect::<Vec<_>>().join(" ")),
         "[ a-z:!\"]{0,12}",
     ])) {
         let offered = to_scope_set(&offered);
-        if let Ok(got) = ScopeSet::requested(asked.as_deref(), &offered) {
-            prop_assert!(offered.covers(&got));
-            if asked.as_deref().is_none_or(|a| a.trim_matches(' ').is_empty()) {
-                prop_assert_eq!(got, offered);
+        match consent_scope::for_authorization(asked.as_deref(), &offered) {
+            // Whatever subset was named, the consent is for the whole configured set.
+            Ok(got) => prop_assert_eq!(got, offered),
+            Err(e) => {
+                prop_assert_eq!(e.code, ErrorCode::InvalidScope);
+                let named = asked.as_deref().and_then(|a| ScopeSet::parse(a).ok());
+                prop_assert!(named.is_none_or(|n| !offered.covers(&n)));
             }
         }
     }

@@ -188,7 +188,25 @@ async fn token_lacking_a_required_scope_gets_403_insufficient_scope() {
         ..Options::default()
     })
     .await;
-    let mcp = Mcp::for_user(&proxy, "alice").await; // asked for read:user only
+    let mcp = Mcp::for_user(&proxy, "alice").await;
+    // Every consent is now for the whole `[github] scopes`, so only a token issued before that
+    // (or before the operator added a required scope) can lack one: narrow the live token's
+    // record to `read:user`, as such a token would be.
+    let hash = mcp_oauth_proxy::crypto::hash_secret(&mcp.token);
+    let mut rec: AccessTokenRecord = proxy
+        .app
+        .store
+        .get_json(Keyspace::AccessTokens, &hash)
+        .await
+        .unwrap()
+        .unwrap();
+    rec.scopes = mcp_oauth_proxy::oauth::scope::ScopeSet::from_list(["read:user"]);
+    proxy
+        .app
+        .store
+        .put_json(Keyspace::AccessTokens, &hash, &rec, Some(rec.expires_at))
+        .await
+        .unwrap();
     let b = proxy.backend().requests().len();
     let r = mcp.post(&ping()).send().await.unwrap();
     assert_eq!(r.status(), 403);

@@ -64,9 +64,12 @@ pub struct Options {
     pub client_resolver: Option<Arc<dyn mcp_oauth_proxy::clients::fetch::Resolver>>,
     /// Extra lines inside the `[server]` section (e.g. `trusted_proxies`).
     pub server_toml: String,
-    /// Lines of an `[access]` section (admission); with them `[github] scopes` also asks for
-    /// `read:org`, which org and team rules need.
+    /// Lines of an `[access]` section (admission); with them the default `[github] scopes`
+    /// also asks for `read:org`, which org and team rules need.
     pub access: String,
+    /// `[github] scopes` as a TOML array (default `["read:user", "repo"]`, plus `read:org`
+    /// with `access`).
+    pub github_scopes: Option<String>,
 }
 
 /// What replicas of one proxy share.
@@ -198,7 +201,7 @@ listen = "{addr}"
 [github]
 client_id = "gh-client-id"
 client_secret = "gh-client-secret"
-scopes = ["read:user", "repo"{read_org}]
+scopes = {scopes}
 authorize_url = "{a}"
 token_url = "{t}"
 api_url = "{api}"
@@ -208,11 +211,6 @@ path = "/nonexistent-tests-use-a-temporary-store"
 {access}
 {extra}
 "#,
-            read_org = if opts.access.is_empty() {
-                ""
-            } else {
-                ", \"read:org\""
-            },
             access = if opts.access.is_empty() {
                 String::new()
             } else {
@@ -223,6 +221,14 @@ path = "/nonexistent-tests-use-a-temporary-store"
             api = github.api_url(),
             extra = opts.extra_toml,
             server_extra = opts.server_toml,
+            scopes = opts
+                .github_scopes
+                .as_deref()
+                .unwrap_or(if opts.access.is_empty() {
+                    r#"["read:user", "repo"]"#
+                } else {
+                    r#"["read:user", "repo", "read:org"]"#
+                }),
         );
         let config = Config::from_toml(&toml, &std::collections::HashMap::new()).unwrap();
         // The fake GitHub keeps real time; start the proxy's clock there and move it by hand.

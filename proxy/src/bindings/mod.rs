@@ -12,7 +12,8 @@
 //! | no passthrough | [`upstream_auth`] | `BackendCredential` |
 //! | session binding | [`session_binding`] | `SessionBound` |
 //! | connect-link opener | [`connect_link`] | `OpenedBy` |
-//! | admission (`[access]`) | [`admission`] | `Admitted` |
+//! | admission (`[access]`) | [`admission`] | `Admitted` (storing a session or grant needs it) |
+//! | consent = real access | [`consent_scope`] | `WithinConsent` (storing a GitHub grant needs it) |
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists.
 
@@ -23,6 +24,7 @@ pub mod browser_state;
 pub mod connect_link;
 pub mod consent_cookie;
 pub mod consent_registry;
+pub mod consent_scope;
 pub mod issuer;
 pub mod redirect;
 pub mod session_binding;

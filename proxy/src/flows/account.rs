@@ -104,6 +104,9 @@ pub async fn show(
             github_allowed: allowed.iter().any(|a| a.client_id == c.client_id),
         });
     }
+    // The scopes GitHub reported for the stored token (checked against the consent when it
+    // was stored): what every approved client's backend acts with.
+    let grant = app.grants.get(&s.record.user_id).await?;
     Ok(AccountOutcome::Page(Box::new(AccountPage {
         login: s.record.login.as_str().to_owned(),
         consents: rows,
@@ -111,11 +114,8 @@ pub async fn show(
         revoke_action: "/account/revoke".to_owned(),
         sign_out_action: "/account/sign-out".to_owned(),
         notice: notice_text(notice),
-        github_login: app
-            .grants
-            .get(&s.record.user_id)
-            .await?
-            .map(|g| g.login.as_str().to_owned()),
+        github_login: grant.as_ref().map(|g| g.login.as_str().to_owned()),
+        github_scopes: grant.map(|g| g.scopes.join(", ")).unwrap_or_default(),
         disconnect_action: "/account/disconnect".to_owned(),
         withdraw_action: "/account/withdraw".to_owned(),
     })))

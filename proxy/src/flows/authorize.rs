@@ -12,7 +12,7 @@ use crate::audit::AuditEvent;
 use crate::bindings::approvals;
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::{self, RedirectMatched};
-use crate::bindings::{audience, consent_registry};
+use crate::bindings::{audience, consent_registry, consent_scope};
 use crate::clients::{ClientKind, ClientsError, ResolvedClient};
 use crate::clock::ago;
 use crate::crypto;
@@ -22,7 +22,6 @@ use crate::ids::{ClientId, TxnId};
 use crate::oauth::error::ErrorCode;
 use crate::oauth::pkce::CodeChallenge;
 use crate::oauth::request::AuthorizeQuery;
-use crate::oauth::scope::ScopeSet;
 use crate::session;
 use crate::store::approvals as approval_store;
 use crate::store::records::TxnRecord;
@@ -117,11 +116,9 @@ pub async fn authorize(
     let resource = app.resource();
     let audience = audience::check_resource(q.resource.as_deref(), &resource)
         .map_err(|e| fail(e.code, e.description))?;
-    let allowed = client
-        .scope
-        .clone()
-        .unwrap_or_else(|| app.offered_scopes.clone());
-    let scopes = ScopeSet::requested(q.scope.as_deref(), &allowed)
+    // Every consent is for the whole `[github] scopes` (what the backend acts with); a scope
+    // outside it is `invalid_scope`.
+    let scopes = consent_scope::for_authorization(q.scope.as_deref(), &app.offered_scopes)
         .map_err(|e| fail(e.code, e.description))?;
 
     let now = app.clock.now();

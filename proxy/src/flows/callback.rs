@@ -185,7 +185,8 @@ pub async fn github_callback(
             })
         }
         FlowPurpose::Authorize { txn, .. } => {
-            app.grants.save(&admitted, &gh, &tokens).await?;
+            let within = github_access::within_consent(app, &user_id, &txn.scopes, &tokens).await?;
+            app.grants.save(&admitted, &gh, &tokens, within).await?;
             app.audit
                 .record(AuditEvent::GitHubGrantStored {
                     user_id: user_id.clone(),

@@ -273,7 +273,8 @@ pub async fn finish_connect(
         return Err(FlowError::Page(pages::WRONG_GITHUB_ACCOUNT));
     }
     let link = opened.link().clone();
-    app.grants.save(admitted, gh, tokens).await?;
+    let within = github_access::within_consent(app, &owner, &link.scopes, tokens).await?;
+    app.grants.save(admitted, gh, tokens, within).await?;
     app.audit
         .record(AuditEvent::GitHubGrantStored {
             user_id: owner.clone(),

@@ -2,8 +2,11 @@
 //! which agents may use it. No GitHub call is needed to decide (an expiring GitHub App token
 //! is refreshed single-flight by `github::grants` only when it is about to be used).
 
-use super::FlowError;
+use super::{FlowError, pages};
 use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::consent_scope::{self, WithinConsent};
+use crate::github::client::GitHubTokens;
 use crate::github::grants::{GrantError, GrantStatus};
 use crate::ids::{ClientId, GitHubToken, UserId};
 use crate::oauth::scope::ScopeSet;
@@ -81,6 +84,13 @@ pub async fn for_agent(
     if !allowance.is_some_and(|a| a.scopes.covers(scopes)) {
         return Ok(Access::Needs(LinkKind::Allow));
     }
+    // Never hand out a token with more than this token's consent (a grant stored before the
+    // operator narrowed `[github] scopes`, or before every consent was for the whole set):
+    // the person reconnects, and the callback's check then holds.
+    if let Err(e) = consent_scope::check_github_token(scopes, &grant.scopes) {
+        tracing::warn!(user = %user.as_str(), error = %e, "stored GitHub grant exceeds the consent; not handed out");
+        return Ok(Access::Needs(LinkKind::Reconnect));
+    }
     // Only now, with the agent allowed, may an expiring token be refreshed.
     match app.grants.token_from(user, &grant).await {
         Ok(t) => Ok(Access::Ready(t)),
@@ -89,6 +99,34 @@ pub async fn for_agent(
         Err(e) => Err(e.into()),
     }
 }
+
+/// The check before a GitHub token the person just obtained is stored (the authorization
+/// callback, a connect link's callback): the scopes GitHub reported for it must be within
+/// `consented` (`bindings::consent_scope`). Otherwise the token is revoked at GitHub, the
+/// callback refusal is audited, nothing is stored, and the person sees a page saying why.
+pub async fn within_consent(
+    app: &App,
+    user: &UserId,
+    consented: &ScopeSet,
+    tokens: &GitHubTokens,
+) -> Result<WithinConsent, FlowError> {
+    match consent_scope::check_github_token(consented, &tokens.scopes) {
+        Ok(within) => Ok(within),
+        Err(e) => {
+            tracing::warn!(user = %user.as_str(), error = %e, "GitHub token refused: scopes beyond the consent");
+            app.github.delete_token(&tokens.access_token).await;
+            app.audit
+                .record(AuditEvent::CallbackRejected {
+                    reason: SCOPES_EXCEED_CONSENT.to_owned(),
+                })
+                .await?;
+            Err(FlowError::Page(pages::GITHUB_SCOPES_EXCEED_CONSENT))
+        }
+    }
+}
+
+/// The audit reason of that refusal (a fixed word: it becomes a metric label).
+pub const SCOPES_EXCEED_CONSENT: &str = "github_scopes_exceed_consent";
 
 /// The sentence shown to the person (through the agent), naming the agent and the action.
 pub fn message(kind: LinkKind, agent: &str) -> String {

@@ -181,6 +181,14 @@ pub mod pages {
         title: "GitHub sign-in failed",
         message: "GitHub did not complete the sign-in. Nothing was shared. Please try again.",
     };
+    /// GitHub issued a token with scopes beyond what the person approved here (it completed
+    /// the request with an earlier, broader authorization of this server): refused, revoked
+    /// at GitHub, nothing stored.
+    pub const GITHUB_SCOPES_EXCEED_CONSENT: PageProblem = PageProblem {
+        status: 403,
+        title: "GitHub granted more access than you approved",
+        message: "GitHub answered with more access to your account than you approved here, because it still remembers an earlier, broader authorization of this server. That access was revoked at GitHub and nothing was stored. To continue, remove this server's authorization in your GitHub settings (Settings, Applications, Authorized OAuth Apps), then try again: GitHub will then ask you for exactly the access listed on this server's consent page.",
+    };
     /// Sign-in cancelled at GitHub.
     pub const SIGN_IN_CANCELLED: PageProblem = PageProblem {
         status: 400,

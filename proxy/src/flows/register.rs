@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::bindings::consent_scope;
 use crate::config::RegistrationMode;
 use crate::crypto;
 use crate::ids::ClientId;
@@ -274,7 +275,10 @@ pub async fn register(
             "the body must be a JSON object of client metadata",
         )
     })?;
-    let meta = req.validate(&app.offered_scopes)?;
+    let mut meta = req.validate(&app.offered_scopes)?;
+    // A scope outside `[github] scopes` was refused above; any other is recorded (and
+    // answered) as the whole set, which is what every consent is for.
+    meta.scope = consent_scope::registered(meta.scope.as_ref(), &app.offered_scopes);
     let now = app.clock.now();
     let client_id = grant::new_client_id()?;
     let secret = match meta.auth_method {

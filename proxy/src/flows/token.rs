@@ -13,6 +13,7 @@ use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::audience;
 use crate::bindings::consent_registry;
+use crate::bindings::consent_scope;
 use crate::clients::ClientsError;
 use crate::clock::UnixTime;
 use crate::crypto;
@@ -156,20 +157,7 @@ async fn grants(
                     return Err(INVALID_GRANT.into());
                 }
                 audience::recheck(&fam.resource, resource.as_deref())?;
-                let scopes = match scope.as_deref() {
-                    None => fam.scopes.clone(),
-                    Some(s) => {
-                        let asked = ScopeSet::parse(s)?;
-                        if !fam.scopes.covers(&asked) {
-                            return Err(OAuthError::new(
-                                ErrorCode::InvalidScope,
-                                "scope exceeds the original grant",
-                            )
-                            .into());
-                        }
-                        asked
-                    }
-                };
+                let scopes = consent_scope::at_refresh(scope.as_deref(), &fam.scopes)?;
                 let now = app.clock.now();
                 let decision =
                     grant::decide(&fam, &presented, now, app.config.tokens.refresh_grace_secs);

@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex};
 use super::client::{GitHubClient, GitHubError, GitHubTokens, GitHubUser, RevocationFailed};
 use crate::audit::{Audit, AuditEvent};
 use crate::bindings::admission::Admitted;
+use crate::bindings::consent_scope::{self, WithinConsent};
 use crate::clock::{SharedClock, UnixTime};
 use crate::crypto::{self, Key};
 use crate::ids::{GitHubRefreshToken, GitHubToken, UserId};
+use crate::oauth::scope::ScopeSet;
 use crate::store::records::GrantRecord;
 use crate::store::{Keyspace, SharedStore, StoreError, StoreExt, Versioned, encode};
 
@@ -180,15 +182,20 @@ impl Grants {
     }
 
     /// Stores (replaces) a person's grant after a successful GitHub sign-in of an admitted
-    /// person (the witness: nobody `[access]` refused ever has a grant stored).
+    /// person (`who`: nobody `[access]` refused ever has a grant stored). `within` proves that
+    /// GitHub reported no scope for this token beyond what the person consented to
+    /// (`bindings::consent_scope`).
     pub async fn save(
         &self,
         who: &Admitted,
         gh: &GitHubUser,
         tokens: &GitHubTokens,
+        within: WithinConsent,
     ) -> Result<(), GrantError> {
         let user = who.user_id();
-        let rec = self.record(user, gh, tokens, self.clock.now())?;
+        let mut rec = self.record(user, gh, tokens, self.clock.now())?;
+        // What is stored is what was checked.
+        within.reported().clone_into(&mut rec.scopes);
         self.store
             .put_json(Keyspace::Grants, user.as_str(), &rec, None)
             .await?;
@@ -329,6 +336,15 @@ impl Grants {
         let now = self.clock.now();
         match self.github.refresh(&refresh, now).await {
             Ok(tokens) => {
+                // A refresh never widens what the person consented to: GitHub reporting more
+                // than the grant had is refused, revoked, and the grant marked broken.
+                let consented = ScopeSet::from_list(rec.scopes.iter().cloned());
+                if let Err(e) = consent_scope::check_github_token(&consented, &tokens.scopes) {
+                    self.github.delete_token(&tokens.access_token).await;
+                    self.mark_broken_version(user, &rec, &version, &e.to_string())
+                        .await?;
+                    return Err(GrantError::Broken);
+                }
                 let gh = GitHubUser {
                     id: rec.github_id,
                     login: rec.login.as_str().to_owned(),

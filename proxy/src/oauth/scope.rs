@@ -48,24 +48,6 @@ impl ScopeSet {
     pub fn to_wire(&self) -> String {
         self.iter().collect::<Vec<_>>().join(" ")
     }
-    /// The scopes an MCP client asked for, checked against what the proxy offers. No `scope`
-    /// means everything offered.
-    pub fn requested(param: Option<&str>, offered: &ScopeSet) -> Result<ScopeSet, OAuthError> {
-        let asked = match param {
-            None => return Ok(offered.clone()),
-            Some(s) => ScopeSet::parse(s)?,
-        };
-        if asked.is_empty() {
-            return Ok(offered.clone());
-        }
-        if !offered.covers(&asked) {
-            return Err(OAuthError::new(
-                ErrorCode::InvalidScope,
-                "a requested scope is not offered by this server",
-            ));
-        }
-        Ok(asked)
-    }
 }
 
 #[cfg(test)]
@@ -77,14 +59,6 @@ mod tests {
         let big = ScopeSet::parse("repo read:user").unwrap();
         assert!(big.covers(&ScopeSet::parse("read:user").unwrap()));
         assert!(!ScopeSet::parse("read:user").unwrap().covers(&big));
-    }
-
-    #[test]
-    fn scope_outside_the_offer_is_invalid_scope() {
-        let offered = ScopeSet::parse("read:user").unwrap();
-        let e = ScopeSet::requested(Some("read:user delete_repo"), &offered).unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidScope);
-        assert_eq!(ScopeSet::requested(None, &offered).unwrap(), offered);
     }
 
     #[test]
