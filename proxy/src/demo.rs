@@ -111,12 +111,15 @@ resource_name = "mcp-oauth-proxy demo"
 [github]
 client_id = "{client_id}"
 client_secret = "{client_secret}"
-scopes = ["read:user", "repo"]
+scopes = ["read:user", "repo", "read:org"]
 authorize_url = "{authorize}"
 token_url = "{token}"
 api_url = "{api}"
 [store]
 path = "{store}"
+# Admission as a platform team would set it: the fake GitHub's org acme has alice and bob.
+[access]
+github_orgs = ["acme"]
 [admin]
 listen = "{admin_listen}"
 [backend]
@@ -134,7 +137,7 @@ exchange_client_secret = "{backend_secret}"
     let config = Config::from_toml(&toml, &NoEnv).map_err(|e| StartError::Keys(e.to_string()))?;
     let app = run::prepare(config, Arc::new(SystemClock)).await?;
     println!(
-        "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Demo MCP backend:      {be} (tools: whoami, list_repos, slow_count)\n  Metrics and health:    http://{admin}/metrics, /healthz, /readyz\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice, mallory or bob. Press Ctrl-C to stop.\n",
+        "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Demo MCP backend:      {be} (tools: whoami, list_repos, slow_count)\n  Metrics and health:    http://{admin}/metrics, /healthz, /readyz\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice or bob (members of the org acme, admitted) or mallory (outside acme:\nrefused, to show admission working). Press Ctrl-C to stop.\n",
         gh = github.base_url(),
         be = backend.url(),
         store = dir.path().display(),

@@ -124,14 +124,18 @@ pub async fn authorize(
     let now = app.clock.now();
 
     // 3. Skip the page only with a fresh sign-in, a covering consent, a navigation that is not
-    //    cross-site, and a GitHub grant that still works.
+    //    cross-site, a GitHub grant that still works, and the person still admitted.
     let session = session::current(app.store.as_ref(), input.session_cookie.as_deref()).await?;
     if let Some(s) = &session
         && resolved.remember_consent
         && let Some(fresh) =
             s.fresh_for_consent_skip(now, &app.config.session, input.sec_fetch_site.as_deref())
     {
-        let usable = app.grants.status(&fresh.user_id).await? == GrantStatus::Usable;
+        let usable = app.grants.status(&fresh.user_id).await? == GrantStatus::Usable
+            // Asked again of GitHub when due; anything but admitted goes through the page and
+            // a sign-in, where admission is decided afresh.
+            && super::admission::standing(app, &fresh.user_id).await?
+                == super::admission::Verdict::Admitted;
         let consent = consent_registry::lookup(
             app.store.as_ref(),
             &fresh.user_id,
