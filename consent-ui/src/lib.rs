@@ -1,7 +1,12 @@
 //! Server-rendered pages of mcp-oauth-proxy: the per-client consent page, error and message
 //! pages, and the account page. Enforces the *content* half of the "Consent page content"
 //! binding (docs/DESIGN.md §3): every value is autoescaped by askama, and pages need no inline
-//! style or script, so they run under `default-src 'none'; style-src 'self'`.
+//! style, so they run under `default-src 'none'; style-src 'self'`. The one script is the
+//! consent page's [`CONSENT_SCRIPT`] (static text, allowed by its hash
+//! [`CONSENT_SCRIPT_CSP_SOURCE`] and nothing else): its buttons act only once the page has been
+//! visible and focused for a moment, so a double-click begun on another site cannot land on
+//! Approve (double-clickjacking). Without JavaScript, approval takes a confirmation page
+//! ([`ConsentConfirmPage`]) that the server times.
 //!
 //! This crate does no I/O, crypto, cookies or time. View structs carry display-safe,
 //! pre-formatted strings; the proxy decides what they say ("registered 3 minutes ago") and sets
@@ -32,6 +37,22 @@ pub const STYLESHEET: &str = include_str!("../templates/style.css");
 
 /// The path every template links its stylesheet from.
 pub const STYLESHEET_PATH: &str = "/assets/style.css";
+
+/// The consent page's only script, inlined verbatim: the Approve and Deny buttons start hidden and
+/// disabled and act only after the page has been visible (`document.visibilityState`) and
+/// focused (`document.hasFocus()`) without a break for one second; blur or hiding starts the
+/// wait again. A page of another site can swap itself for ours between the two clicks of a
+/// double-click (double-clickjacking); the second click then finds a disabled button.
+pub const CONSENT_SCRIPT: &str = include_str!("../templates/consent.js");
+
+/// The CSP source that allows [`CONSENT_SCRIPT`] and no other script:
+/// `'sha256-<base64 of SHA-256 of the script text>'`. A unit test recomputes it, and the
+/// proxy's consent-page CSP is checked to carry it.
+pub const CONSENT_SCRIPT_CSP_SOURCE: &str = "'sha256-Zw/49SQDv/FhPq4kjA2EKMTqeN9EUjhb3vQNaa+wPdQ='";
+
+/// How long the consent page must have been visible and focused before its buttons act, in
+/// milliseconds (the value of `DELAY_MS` in [`CONSENT_SCRIPT`]).
+pub const CONSENT_ARM_DELAY_MS: u64 = 1000;
 
 /// Shown in place of CSRF tokens and transaction ids by the `Debug` impls.
 const REDACTED: &str = "[redacted]";
@@ -89,6 +110,53 @@ pub struct ConsentPage {
     pub txn: String,
     /// Hidden input `csrf`.
     pub csrf: String,
+}
+
+impl ConsentPage {
+    /// [`CONSENT_SCRIPT`], for the template (emitted unescaped: it is a constant).
+    fn script(&self) -> &'static str {
+        CONSENT_SCRIPT
+    }
+}
+
+/// The second step of approving without JavaScript (the consent page's `<noscript>` Continue),
+/// and the page shown again when an approval from it came too soon after it appeared. It is
+/// reached only by a POST of the consent form, so no other site can load it in advance; the
+/// server refuses its Approve within a short moment of showing it.
+///
+/// `Debug` redacts `txn` and `csrf`.
+#[derive(Clone, Template)]
+#[template(path = "consent_confirm.html")]
+pub struct ConsentConfirmPage {
+    /// The client name as registered; autoescaped.
+    pub client_name: String,
+    /// Shown small, monospace.
+    pub client_id: String,
+    /// The exact redirect URI, shown in full.
+    pub redirect_uri: String,
+    /// Where the person confirms their GitHub account next, e.g. `github.com`.
+    pub github_host: String,
+    /// `true`: the previous Approve came too soon; a warning says so.
+    pub too_soon: bool,
+    /// The form's `action`, e.g. `/consent`.
+    pub form_action: String,
+    /// Hidden input `txn`.
+    pub txn: String,
+    /// Hidden input `csrf`.
+    pub csrf: String,
+}
+
+impl fmt::Debug for ConsentConfirmPage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsentConfirmPage")
+            .field("client_name", &self.client_name)
+            .field("client_id", &self.client_id)
+            .field("redirect_uri", &self.redirect_uri)
+            .field("too_soon", &self.too_soon)
+            .field("txn", &REDACTED)
+            .field("csrf", &REDACTED)
+            .finish_non_exhaustive()
+    }
 }
 
 impl fmt::Debug for ConsentPage {
@@ -294,6 +362,24 @@ mod tests {
         }
     }
 
+    fn confirm_page() -> ConsentConfirmPage {
+        ConsentConfirmPage {
+            client_name: "Repo Helper".to_owned(),
+            client_id: "c_8f3a2b".to_owned(),
+            redirect_uri: "http://127.0.0.1:33418/callback".to_owned(),
+            github_host: "github.com".to_owned(),
+            too_soon: false,
+            form_action: "/consent".to_owned(),
+            txn: "txn-value-123".to_owned(),
+            csrf: "csrf-value-456".to_owned(),
+        }
+    }
+
+    /// The consent page's script element, exactly as the CSP hash covers it.
+    fn script_element() -> String {
+        format!("<script>{CONSENT_SCRIPT}</script>")
+    }
+
     fn row(name: &str, id: &str) -> ConsentRow {
         ConsentRow {
             client_name: name.to_owned(),
@@ -334,8 +420,12 @@ mod tests {
         }];
         let mut account = account_page(vec![row("A", "c_a"), row("B", "c_b")]);
         account.notice = Some("Access for A was revoked.".to_owned());
+        let mut confirm = confirm_page();
+        confirm.too_soon = true;
         vec![
             ("consent", consent.render().unwrap()),
+            ("consent-confirm", confirm.render().unwrap()),
+            ("consent-confirm-minimal", confirm_page().render().unwrap()),
             ("consent-minimal", consent_page().render().unwrap()),
             (
                 "error",
@@ -406,7 +496,8 @@ mod tests {
             detail: "<u>d</u>".to_owned(),
         }];
         page.csrf = r#""><input name="x">"#.to_owned();
-        let html = page.render().unwrap();
+        // The page's own script (allowed by its hash) is the only one.
+        let html = page.render().unwrap().replace(&script_element(), "");
 
         assert!(!html.contains("<script"));
         assert!(!html.contains("alert(1)</script>"));
@@ -532,6 +623,14 @@ mod tests {
     #[test]
     fn no_inline_style_or_script_on_any_page() {
         for (name, html) in all_pages() {
+            // The consent page's one script is allowed by its hash (see the tests below); it
+            // must be there exactly once, and nothing else may be.
+            let html = if name.starts_with("consent") && !name.starts_with("consent-confirm") {
+                assert_eq!(html.matches(&script_element()).count(), 1, "{name}");
+                html.replace(&script_element(), "")
+            } else {
+                html
+            };
             let lower = html.to_ascii_lowercase();
             assert!(!lower.contains("style="), "{name}: style attribute");
             assert!(!lower.contains("<style"), "{name}: inline <style>");
@@ -542,6 +641,81 @@ mod tests {
                 "{name}: event handler attribute"
             );
         }
+    }
+
+    #[test]
+    fn consent_script_hash_is_the_csp_source() {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        // The hash a browser computes over the text between <script> and </script>.
+        let digest = sha2::Sha256::digest(CONSENT_SCRIPT.as_bytes());
+        let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
+        assert_eq!(CONSENT_SCRIPT_CSP_SOURCE, format!("'sha256-{b64}'"));
+        // The rendered page carries exactly those bytes (no escaping, no whitespace change).
+        let html = consent_page().render().unwrap();
+        assert!(html.contains(&script_element()));
+    }
+
+    #[test]
+    fn consent_script_waits_the_documented_delay_for_visibility_and_focus() {
+        assert!(CONSENT_SCRIPT.contains(&format!("var DELAY_MS = {CONSENT_ARM_DELAY_MS};")));
+        for needle in [
+            r#"document.visibilityState === "visible""#,
+            "document.hasFocus()",
+            r#"addEventListener("blur""#,
+            r#"addEventListener("visibilitychange""#,
+            "event.preventDefault()",
+        ] {
+            assert!(CONSENT_SCRIPT.contains(needle), "{needle}");
+        }
+        assert!(!CONSENT_SCRIPT.contains("</script"));
+        assert!(!CONSENT_SCRIPT.contains("{{") && !CONSENT_SCRIPT.contains("{%"));
+    }
+
+    #[test]
+    fn consent_buttons_start_hidden_and_disabled_with_a_noscript_path() {
+        let html = consent_page().render().unwrap();
+        assert!(html.contains(r#"<div class="actions" id="consent-actions" hidden>"#));
+        assert!(html.contains(
+            r#"<button type="submit" name="decision" value="approve" class="button button-primary" disabled>Approve</button>"#
+        ));
+        assert!(html.contains(
+            r#"<button type="submit" name="decision" value="deny" class="button button-secondary" disabled>Deny</button>"#
+        ));
+        // Without JavaScript the form offers Deny and Continue (to the confirmation page),
+        // never a direct Approve.
+        let noscript = &html[html.find("<noscript>").unwrap()..html.find("</noscript>").unwrap()];
+        assert!(noscript.contains(r#"name="decision" value="review""#));
+        assert!(noscript.contains(r#"name="decision" value="deny""#));
+        assert!(!noscript.contains(r#"value="approve""#));
+        assert!(!noscript.contains("disabled"));
+        // The noscript path and the script live in the one form / after it.
+        let form_end = html.find("</form>").unwrap();
+        assert!(html.find("</noscript>").unwrap() < form_end);
+        assert!(html.find("<script>").unwrap() > form_end);
+    }
+
+    #[test]
+    fn confirm_page_escapes_and_warns_only_when_too_soon() {
+        let mut page = confirm_page();
+        page.client_name = "<b>Evil</b>".to_owned();
+        page.redirect_uri = r#"https://evil.example/cb"><img src=x>"#.to_owned();
+        let html = page.render().unwrap();
+        assert!(!html.contains("<b>Evil</b>") && !html.contains("<img"));
+        assert!(html.contains("&#60;b&#62;Evil&#60;/b&#62;"));
+        assert!(!html.contains(WARNING_BOX));
+        assert!(html.contains(r#"<form method="post" action="/consent""#));
+        assert!(html.contains(r#"<input type="hidden" name="txn" value="txn-value-123">"#));
+        assert!(html.contains(r#"<input type="hidden" name="csrf" value="csrf-value-456">"#));
+        assert!(html.contains(r#"<button type="submit" name="decision" value="approve" class="button button-primary">Approve</button>"#));
+        assert!(html.contains(r#"name="decision" value="deny""#));
+
+        page.too_soon = true;
+        let html = page.render().unwrap();
+        assert_eq!(html.matches(WARNING_BOX).count(), 1);
+        assert!(html.contains("That click came too soon"));
+        let dbg = format!("{page:?}");
+        assert!(!dbg.contains("txn-value-123") && !dbg.contains("csrf-value-456"));
     }
 
     #[test]

@@ -26,6 +26,11 @@ impl UnixTime {
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> UnixTime;
+    /// The current time in milliseconds since the Unix epoch, for the few rules that need
+    /// sub-second precision (how long a page was in front of the person before a click).
+    fn now_millis(&self) -> u64 {
+        self.now().0.saturating_mul(1000)
+    }
 }
 
 /// Shared clock handle.
@@ -44,26 +49,41 @@ impl Clock for SystemClock {
             .unwrap_or(0);
         UnixTime(secs)
     }
+
+    #[allow(clippy::disallowed_methods)] // this is the one sanctioned reader of wall-clock time
+    fn now_millis(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    }
 }
 
-/// A clock tests move by hand.
+/// A clock tests move by hand (kept in milliseconds; `now` is whole seconds of it).
 #[derive(Debug)]
 pub struct ManualClock(AtomicU64);
 
 impl ManualClock {
     /// Starts at `start`.
     pub fn new(start: UnixTime) -> Arc<ManualClock> {
-        Arc::new(ManualClock(AtomicU64::new(start.0)))
+        Arc::new(ManualClock(AtomicU64::new(start.0.saturating_mul(1000))))
     }
     /// Moves the clock forward.
     pub fn advance(&self, secs: u64) {
-        self.0.fetch_add(secs, Ordering::SeqCst);
+        self.advance_millis(secs.saturating_mul(1000));
+    }
+    /// Moves the clock forward by `millis` milliseconds.
+    pub fn advance_millis(&self, millis: u64) {
+        self.0.fetch_add(millis, Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> UnixTime {
-        UnixTime(self.0.load(Ordering::SeqCst))
+        UnixTime(self.0.load(Ordering::SeqCst) / 1000)
+    }
+    fn now_millis(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -98,5 +118,15 @@ mod tests {
         assert_eq!(c.now(), UnixTime(10));
         c.advance(5);
         assert_eq!(c.now(), UnixTime(15));
+    }
+
+    #[test]
+    fn manual_clock_counts_milliseconds() {
+        let c = ManualClock::new(UnixTime(10));
+        assert_eq!(c.now_millis(), 10_000);
+        c.advance_millis(999);
+        assert_eq!((c.now(), c.now_millis()), (UnixTime(10), 10_999));
+        c.advance_millis(1);
+        assert_eq!((c.now(), c.now_millis()), (UnixTime(11), 11_000));
     }
 }

@@ -324,6 +324,23 @@ export class BrowserOAuthProvider {
     }
 }
 
+/** The proxy consent page's Approve button. */
+export const CONSENT_APPROVE = 'button[name="decision"][value="approve"]';
+
+/**
+ * Waits until the proxy consent page's buttons are enabled: its script enables them once the
+ * page has been visible and focused for a second. Resolves to how long that took (ms).
+ */
+export async function waitForConsentButtons(page, { timeout = 10_000 } = {}) {
+    const started = Date.now();
+    await page.waitForFunction(
+        sel => [...document.querySelectorAll(sel)].some(b => !b.disabled && b.offsetParent !== null),
+        CONSENT_APPROVE,
+        { timeout, polling: 50 }
+    );
+    return Date.now() - started;
+}
+
 /**
  * The person's part of an MCP client's authorization, in Chromium: the proxy's consent page
  * (which must name `clientName`; screenshot to `screenshotPath` when given) → Approve → the fake
@@ -338,10 +355,13 @@ export async function approveAuthorizationIn(page, authorizationUrl, { login, cl
         check(title.startsWith('Review access request'), `proxy consent page expected, got title ${JSON.stringify(title)}`);
         const shownName = (await page.locator('.client-name .name').textContent())?.trim();
         check(shownName === clientName, `consent page names the client (got ${JSON.stringify(shownName)})`);
+        // The buttons act only once the page has been visible and focused for a moment (the
+        // double-clickjacking defence): wait for Approve to be enabled, as a person would.
+        await waitForConsentButtons(page);
         if (screenshotPath) {
             await screenshot(page, screenshotPath);
         }
-        await clickAndWait(page, 'button[name="decision"][value="approve"]', 'the proxy consent page');
+        await clickAndWait(page, CONSENT_APPROVE, 'the proxy consent page');
 
         const pickerTitle = await page.title();
         check(pickerTitle.startsWith('Sign in to GitHub'), `GitHub account picker expected, got ${JSON.stringify(pickerTitle)}`);

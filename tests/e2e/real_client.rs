@@ -647,3 +647,62 @@ async fn official_sdk_client_gets_url_elicitation_and_succeeds_after_the_link() 
     assert_png(&shot);
     assert_png(&done_shot);
 }
+
+/// The requirement for double-clickjacking, in Chromium (`consent_double_click.mjs`):
+/// trusted double-clicks, clicks and Enter on Approve right at load submit nothing; the buttons
+/// act only once the page has been visible and focused for a second, go dead at once on blur or
+/// hiding and wait again after; then one click approves. With JavaScript off, Continue leads to
+/// the confirmation page, which refuses an Approve right after it appeared and takes one a
+/// second later. The proxy saw exactly the two deliberate approvals.
+#[tokio::test]
+async fn consent_buttons_do_nothing_until_the_page_has_been_seen() {
+    if !prerequisites_present("consent_buttons_do_nothing_until_the_page_has_been_seen") {
+        return;
+    }
+    let proxy = TestProxy::start().await;
+    // The server times the confirmation step with the injected clock: let it follow real
+    // time while the browser runs.
+    let clock = proxy.clock.clone();
+    let ticker = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            clock.advance_millis(20);
+        }
+    });
+    let run = run_node(
+        "consent_double_click.mjs",
+        &["--base", &proxy.base, "--login", "alice"],
+    )
+    .await;
+    ticker.abort();
+    let r = run.assert_ok("consent_double_click.mjs");
+
+    let scripted = &r["with_script"];
+    assert_eq!(scripted["at_load"]["disabled"], true, "{scripted}");
+    assert_eq!(scripted["after_stray"]["posts"], 0, "{scripted}");
+    assert!(
+        scripted["stray_within_ms"].as_u64().unwrap() < 1000,
+        "{scripted}"
+    );
+    assert!(
+        scripted["armed_after_ms_since_load"].as_u64().unwrap() >= 1000,
+        "{scripted}"
+    );
+    for loss in scripted["focus_loss"].as_array().unwrap() {
+        assert_eq!(loss["disabled_on_loss"], true, "{loss}");
+        assert_eq!(loss["disabled_on_return"], true, "{loss}");
+    }
+    assert_eq!(scripted["consent_posts"], 1, "{scripted}");
+
+    let plain = &r["without_script"];
+    assert_eq!(plain["script_buttons_visible"], false, "{plain}");
+    assert_eq!(plain["too_soon_refused"], true, "{plain}");
+    // Continue, the refused Approve, the accepted one.
+    assert_eq!(plain["consent_posts"], 3, "{plain}");
+
+    let events = audit(&proxy).await;
+    assert_eq!(count_events(&events, "consent_approved"), 2, "{events:?}");
+    assert_eq!(count_events(&events, "consent_denied"), 0, "{events:?}");
+    assert_eq!(proxy.count(Keyspace::UpstreamStates).await, 0);
+}

@@ -1,5 +1,6 @@
 //! The consent form accepts only submissions from the proxy's own page.
 
+use crate::support::client::decide;
 use crate::support::{Browser, Client, Options, Pkce, TestProxy};
 use mcp_oauth_proxy::store::Keyspace;
 
@@ -164,4 +165,104 @@ async fn attacker_self_approval_does_not_silence_the_new_destination_warning() {
         .navigate(&evil.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
         .await;
     assert!(!page.body.contains("new to this server"));
+}
+
+async fn approvals(proxy: &TestProxy) -> usize {
+    proxy
+        .app
+        .audit
+        .all()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.event["event"] == "consent_approved")
+        .count()
+}
+
+/// Double-clickjacking without JavaScript: the consent page offers Continue, not Approve; the
+/// confirmation page it leads to refuses an Approve that comes within `CONFIRM_MIN_MS` of it
+/// appearing (the second click of a double-click) by showing itself again, with nothing taken,
+/// created or sent to GitHub; once it has been shown long enough, Approve works. A decided
+/// transaction cannot be brought back by a late Continue.
+#[tokio::test]
+async fn approve_right_after_the_confirmation_page_is_refused_then_works_after_the_delay() {
+    use mcp_oauth_proxy::flows::consent::CONFIRM_MIN_MS;
+
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let browser = Browser::new();
+    let page = browser
+        .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    assert!(page.body.contains(r#"name="decision" value="review""#));
+    let csp = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("script-src 'sha256-"), "{csp}");
+
+    // Continue (the <noscript> button): the confirmation page, framing denied as everywhere.
+    let confirm = decide(&proxy, &browser, &page, "review").await;
+    assert_eq!(confirm.status, 200, "{}", confirm.body);
+    assert!(confirm.body.contains("Confirm your approval"));
+    assert!(!confirm.body.contains("That click came too soon"));
+    assert!(confirm.body.contains("Repo Helper"));
+    assert!(confirm.body.contains("https://app.example/callback"));
+    assert_eq!(confirm.headers["x-frame-options"], "DENY");
+    let csp = confirm.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'") && !csp.contains("form-action"));
+    assert_eq!(confirm.hidden("txn"), page.hidden("txn"));
+
+    // The second click of a double-click: 100 ms later. Refused by showing the page again.
+    proxy.clock.advance_millis(100);
+    let again = decide(&proxy, &browser, &confirm, "approve").await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert!(again.body.contains("That click came too soon"));
+    assert!(again.location().is_none() && again.set_cookies().is_empty());
+    // The wait starts over from the page shown again: just under the delay is still too soon.
+    proxy.clock.advance_millis(CONFIRM_MIN_MS - 1);
+    let still = decide(&proxy, &browser, &again, "approve").await;
+    assert!(still.body.contains("That click came too soon"));
+    assert_eq!(proxy.count(Keyspace::Transactions).await, 1);
+    assert_eq!(proxy.count(Keyspace::UpstreamStates).await, 0);
+    assert_eq!(approvals(&proxy).await, 0);
+    assert!(proxy.github.requests().is_empty());
+
+    // Shown long enough: Approve works.
+    proxy.clock.advance_millis(CONFIRM_MIN_MS);
+    let r = decide(&proxy, &browser, &still, "approve").await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.location().unwrap().contains("/login/oauth/authorize"));
+    assert_eq!(proxy.count(Keyspace::UpstreamStates).await, 1);
+    assert_eq!(approvals(&proxy).await, 1);
+
+    // A late Continue from the same tab finds the transaction gone; nothing is recreated.
+    let late = decide(&proxy, &browser, &page, "review").await;
+    assert_ne!(late.status, 200);
+    assert_eq!(proxy.count(Keyspace::Transactions).await, 0);
+}
+
+/// The confirmation step is bound like the consent form: another browser's cookie, or a
+/// cross-site POST, is refused before anything is shown or changed.
+#[tokio::test]
+async fn confirmation_step_is_refused_from_another_browser() {
+    let proxy = TestProxy::start().await;
+    let c = Client::register(&proxy, "Repo Helper", "https://app.example/callback").await;
+    let attacker = Browser::new();
+    let page = attacker
+        .navigate(&c.authorize_url(&proxy, &Pkce::new(), "s", &[]), "none")
+        .await;
+    let victim = Browser::new();
+    let r = decide(&proxy, &victim, &page, "review").await;
+    assert_eq!(r.status, 403);
+    let r = attacker
+        .post_form(
+            &proxy.url("/consent"),
+            &[
+                ("txn", &page.hidden("txn").unwrap()),
+                ("csrf", &page.hidden("csrf").unwrap()),
+                ("decision", "review"),
+            ],
+            "https://attacker.example",
+            "cross-site",
+        )
+        .await;
+    assert_eq!(r.status, 403);
 }

@@ -175,6 +175,7 @@ pub async fn authorize(
         client_state: q.state.clone(),
         browser: browser.clone(),
         created_at: now,
+        confirm_shown_at_ms: None,
     };
     app.store
         .put_json(

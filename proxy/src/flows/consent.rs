@@ -2,6 +2,17 @@
 //! page (same-origin check and a CSRF token bound to the transaction) before the transaction
 //! is taken (single use). Approval creates the browser-bound upstream state and its cookie,
 //! right before the redirect to GitHub; denial returns `access_denied` with `iss`.
+//!
+//! Double-clickjacking: the consent page's script keeps its buttons disabled until the page has
+//! been visible and focused for a second (`consent_ui::CONSENT_SCRIPT`). Without JavaScript the
+//! page offers Continue instead of Approve (`decision=review`), which shows a confirmation page;
+//! an Approve that comes within [`CONFIRM_MIN_MS`] of that page appearing is refused by showing
+//! it again. The confirmation page exists only as the answer to our own form's POST, so no other
+//! site can load it ahead of time and reveal it under a double-click; the first page's render
+//! time proves nothing (another site can load it in a background window long before), which is
+//! why the server times only the confirmation step.
+
+use consent_ui::ConsentConfirmPage;
 
 use super::{FlowError, pages};
 use crate::app::App;
@@ -15,11 +26,18 @@ use crate::ids::TxnId;
 use crate::oauth::error::ErrorCode;
 use crate::oauth::request::Params;
 use crate::store::records::{FlowPurpose, TxnRecord};
-use crate::store::{Keyspace, StoreExt};
+use crate::store::{Keyspace, StoreExt, Versioned};
+
+/// An Approve from the confirmation page counts only once the page has been shown this long
+/// (milliseconds): longer than the second click of any double-click (operating systems' double-click
+/// interval is at most 500 ms by default), shorter than a person needs to read the page.
+pub const CONFIRM_MIN_MS: u64 = 750;
 
 /// Where the browser goes next.
 #[derive(Debug)]
 pub enum ConsentOutcome {
+    /// The confirmation page (no-JavaScript path, or an Approve that came too soon).
+    Confirm(Box<ConsentConfirmPage>),
     /// To GitHub, with the flow cookie.
     ToGitHub {
         /// GitHub authorize URL.
@@ -49,6 +67,8 @@ pub struct ConsentInput<'a> {
 enum Decision {
     Approve,
     Deny,
+    /// The `<noscript>` Continue: show the confirmation page.
+    Review,
 }
 
 /// Handles the decision.
@@ -74,8 +94,30 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
     let decision = match p.get("decision") {
         Some("approve") => Decision::Approve,
         Some("deny") => Decision::Deny,
+        Some("review") => Decision::Review,
         _ => return Err(FlowError::Page(pages::BAD_REQUEST)),
     };
+    if decision != Decision::Deny {
+        let Some((txn, version)) = app
+            .store
+            .get_versioned::<TxnRecord>(Keyspace::Transactions, txn_id.as_str())
+            .await?
+        else {
+            return Err(FlowError::Page(pages::TXN_GONE));
+        };
+        if !crypto::ct_eq(txn.browser.as_bytes(), browser.as_bytes()) {
+            return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+        }
+        let now_ms = app.clock.now_millis();
+        let too_soon = decision == Decision::Approve
+            && txn
+                .confirm_shown_at_ms
+                .is_some_and(|shown| now_ms.saturating_sub(shown) < CONFIRM_MIN_MS);
+        if decision == Decision::Review || too_soon {
+            let csrf = p.get("csrf").unwrap_or_default().to_owned();
+            return confirm(app, &txn_id, txn, version, now_ms, too_soon, csrf).await;
+        }
+    }
     let txn: TxnRecord = app
         .store
         .take_json(Keyspace::Transactions, txn_id.as_str())
@@ -96,6 +138,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
         .await?
         .map(|s| s.record.user_id);
     match decision {
+        Decision::Review => Err(FlowError::Page(pages::BAD_REQUEST)),
         Decision::Deny => {
             app.audit
                 .record(AuditEvent::ConsentDenied {
@@ -146,4 +189,49 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
             })
         }
     }
+}
+
+/// Shows the confirmation page and records when, unless the transaction was taken or changed
+/// meanwhile (compare-and-swap: a decided transaction is never brought back).
+async fn confirm(
+    app: &App,
+    txn_id: &TxnId,
+    mut txn: TxnRecord,
+    version: Versioned,
+    now_ms: u64,
+    too_soon: bool,
+    csrf: String,
+) -> Result<ConsentOutcome, FlowError> {
+    txn.confirm_shown_at_ms = Some(now_ms);
+    let updated = Versioned {
+        value: crate::store::encode(&txn)?,
+        expires_at: version.expires_at,
+    };
+    if !app
+        .store
+        .compare_and_swap(
+            Keyspace::Transactions,
+            txn_id.as_str(),
+            &version,
+            Some(updated),
+        )
+        .await?
+    {
+        return Err(FlowError::Page(pages::TXN_GONE));
+    }
+    let client_name = app
+        .clients
+        .known(&txn.client_id)
+        .await?
+        .map_or_else(|| "Unnamed client".to_owned(), |c| c.display_name());
+    Ok(ConsentOutcome::Confirm(Box::new(ConsentConfirmPage {
+        client_name,
+        client_id: txn.client_id.as_str().to_owned(),
+        redirect_uri: txn.redirect_uri,
+        github_host: app.github.display_host(),
+        too_soon,
+        form_action: "/consent".to_owned(),
+        txn: txn_id.as_str().to_owned(),
+        csrf,
+    })))
 }

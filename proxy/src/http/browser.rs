@@ -86,6 +86,15 @@ pub async fn consent(
             with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
         }
         ConsentOutcome::ToClient(url) => Redirect::to(&url).into_response(),
+        ConsentOutcome::Confirm(p) => {
+            let mut resp = render(*p).into_response();
+            // Its form redirects to GitHub or the client: no form-action (see headers.rs).
+            resp.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP_CONSENT),
+            );
+            resp
+        }
     })
 }
 

@@ -1,7 +1,8 @@
-//! Security headers on every response, in one place: a strict CSP (no scripts, no framing,
-//! styles only from our stylesheet), `X-Frame-Options: DENY`, `nosniff`, a `same-origin`
-//! referrer policy (no URL ever leaves the origin in a `Referer`; `no-referrer` would make
-//! browsers send `Origin: null` on our own form POSTs, defeating the same-origin check), and
+//! Security headers on every response, in one place: a strict CSP (no scripts but the consent
+//! page's one, by hash; no framing; styles only from our stylesheet), `X-Frame-Options: DENY`,
+//! `nosniff`, a `same-origin` referrer policy (no URL ever leaves the origin in a `Referer`;
+//! `no-referrer` would make browsers send `Origin: null` on our own form POSTs, defeating the
+//! same-origin check), and
 //! `no-store` unless a handler chose otherwise. The consent page sets its own CSP without
 //! `form-action`: Chrome applies `form-action` to the redirects after a form POST, and
 //! approval redirects to GitHub, denial to the client's (possibly custom-scheme) URI.
@@ -17,9 +18,9 @@ use http::{HeaderValue, header};
 
 /// CSP for every page.
 pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
-/// CSP for the consent page (see module docs).
-pub const CSP_CONSENT: &str =
-    "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// CSP for the consent page (see module docs); its one script is allowed by hash
+/// (`consent_ui::CONSENT_SCRIPT_CSP_SOURCE`, checked by a test below).
+pub const CSP_CONSENT: &str = "default-src 'none'; script-src 'sha256-Zw/49SQDv/FhPq4kjA2EKMTqeN9EUjhb3vQNaa+wPdQ='; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Middleware adding the headers.
 pub async fn security_headers(req: Request, next: Next) -> Response {
@@ -53,4 +54,24 @@ pub async fn hsts(req: Request, next: Next) -> Response {
         HeaderValue::from_static(HSTS),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consent_csp_allows_exactly_the_consent_script() {
+        let script_src = CSP_CONSENT
+            .split(';')
+            .map(str::trim)
+            .find(|d| d.starts_with("script-src "))
+            .unwrap();
+        assert_eq!(
+            script_src,
+            format!("script-src {}", consent_ui::CONSENT_SCRIPT_CSP_SOURCE)
+        );
+        assert!(CSP_CONSENT.contains("frame-ancestors 'none'"));
+        assert!(!CSP.contains("script-src"), "other pages run no script");
+    }
 }

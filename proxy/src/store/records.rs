@@ -68,6 +68,10 @@ pub struct TxnRecord {
     /// Titles of the warnings shown on the consent page, for the decision's audit event.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// When the confirmation page (the no-JavaScript path) was last shown, in Unix
+    /// milliseconds; an Approve within `consent::CONFIRM_MIN_MS` of it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_shown_at_ms: Option<u64>,
 }
 
 /// Why the proxy sent a browser to GitHub.
