@@ -8,6 +8,11 @@
 mod crash;
 mod support;
 
+/// Playing the stranger at the edge (issue 15).
+mod abuse {
+    mod sessions;
+}
+
 /// Audit trail, detection alerts, the webhook sink and `audit verify` (issue 6).
 mod audit {
     mod detection;

@@ -204,13 +204,14 @@ pub enum AuditEvent {
         /// "in_query".
         reason: &'static str,
     },
-    /// A request presented an MCP session or request state that is not the caller's.
+    /// A request presented an MCP session or request state that is not the caller's, or tried
+    /// to get one past the check (a repeated or malformed transport header, a batch).
     HandleRejected {
         /// Person presenting it.
         user_id: UserId,
         /// Client presenting it.
         client_id: ClientId,
-        /// "session" or "request_state".
+        /// "session", "request_state", "transport_header" or "batch".
         kind: &'static str,
     },
     /// A `tools/call` forwarded to the backend, and what became of it (never its arguments).

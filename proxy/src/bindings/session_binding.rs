@@ -3,15 +3,208 @@
 //! that carries it, and the `requestState` values the backend returns; a later request that
 //! presents either with another person's or another client's token is answered as if the
 //! handle did not exist and never reaches the backend. Possession is never authentication.
+//!
+//! No side doors:
+//! - `Mcp-Session-Id` and `MCP-Protocol-Version` are read once, here
+//!   ([`read_transport_headers`]): a header sent more than once, empty, or holding a byte
+//!   outside visible ASCII (0x21–0x7E, the MCP transport's rule for session ids) refuses the
+//!   request before anything else looks at it.
+//! - The session check runs whatever the protocol version says ([`check_transport`]): a
+//!   2026-07-28 request (which has no sessions) that carries someone else's session id is
+//!   refused like any other.
+//! - What the backend receives of these two headers comes only from the checked value
+//!   ([`SessionChecked::upstream`]): the session id only in versions that have sessions.
 
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 
 use super::audience::Audienced;
 use crate::clock::UnixTime;
 use crate::crypto;
+use crate::gateway::jsonrpc::Version;
 use crate::ids::{ClientId, UserId};
 use crate::store::records::AccessTokenRecord;
 use crate::store::{Keyspace, Store, StoreError, StoreExt};
+
+/// The session id header.
+pub const SESSION_ID: &str = "mcp-session-id";
+/// The protocol version header.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+
+/// Why a request's MCP transport headers were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadTransportHeader {
+    /// The header was sent more than once.
+    Repeated(&'static str),
+    /// The value is empty or holds a byte outside visible ASCII (0x21–0x7E).
+    NotVisibleAscii(&'static str),
+}
+
+impl BadTransportHeader {
+    /// The header concerned, as it is spelled on the wire.
+    pub fn header(self) -> &'static str {
+        match self {
+            BadTransportHeader::Repeated(h) | BadTransportHeader::NotVisibleAscii(h) => {
+                if h == SESSION_ID {
+                    "Mcp-Session-Id"
+                } else {
+                    "MCP-Protocol-Version"
+                }
+            }
+        }
+    }
+}
+
+/// `Mcp-Session-Id` and `MCP-Protocol-Version` as presented: each at most once, each visible
+/// ASCII. Only [`read_transport_headers`] makes one, and only [`check_transport`] uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportHeaders {
+    version: Version,
+    protocol_version: Option<HeaderValue>,
+    session_id: Option<HeaderValue>,
+}
+
+impl TransportHeaders {
+    /// The protocol generation the request speaks.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The session id presented, if any.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_ref().and_then(|v| v.to_str().ok())
+    }
+}
+
+/// Whether every byte is visible ASCII (0x21–0x7E) and there is at least one.
+pub fn visible_ascii(b: &[u8]) -> bool {
+    !b.is_empty() && b.iter().all(|c| (0x21..=0x7e).contains(c))
+}
+
+/// The single value of `name`: `None` when absent, an error when repeated or not visible
+/// ASCII.
+fn single(h: &HeaderMap, name: &'static str) -> Result<Option<HeaderValue>, BadTransportHeader> {
+    let mut all = h.get_all(name).iter();
+    let Some(first) = all.next() else {
+        return Ok(None);
+    };
+    if all.next().is_some() {
+        return Err(BadTransportHeader::Repeated(name));
+    }
+    if !visible_ascii(first.as_bytes()) {
+        return Err(BadTransportHeader::NotVisibleAscii(name));
+    }
+    Ok(Some(first.clone()))
+}
+
+/// Reads the transport headers of a request: the decision that no repeated or malformed
+/// session id or protocol version gets past the gateway. No I/O.
+pub fn read_transport_headers(h: &HeaderMap) -> Result<TransportHeaders, BadTransportHeader> {
+    let protocol_version = single(h, PROTOCOL_VERSION)?;
+    let session_id = single(h, SESSION_ID)?;
+    let version = Version::from_header(protocol_version.as_ref().and_then(|v| v.to_str().ok()));
+    Ok(TransportHeaders {
+        version,
+        protocol_version,
+        session_id,
+    })
+}
+
+/// The session id a backend response mints: its single, visible-ASCII `Mcp-Session-Id`. A
+/// repeated or malformed one is neither bound nor passed to the client.
+pub fn minted_session_id(response: &HeaderMap) -> Option<&str> {
+    single(response, SESSION_ID)
+        .ok()
+        .flatten()
+        .and_then(|_| response.get(SESSION_ID))
+        .and_then(|v| v.to_str().ok())
+}
+
+/// The transport headers after the session check. The only source of the session id and the
+/// protocol version the backend receives.
+#[derive(Debug, Clone)]
+pub struct SessionChecked {
+    version: Version,
+    protocol_version: Option<HeaderValue>,
+    session: Option<SessionBound>,
+}
+
+impl SessionChecked {
+    /// The protocol generation.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The caller's own session, if one was presented.
+    pub fn session(&self) -> Option<&SessionBound> {
+        self.session.as_ref()
+    }
+
+    /// The transport headers for the backend: the protocol version as checked, and the
+    /// session id only where the version has sessions (2026-07-28 has none: stripped).
+    pub fn upstream(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let mut out = Vec::new();
+        if let Some(v) = &self.protocol_version {
+            out.push((HeaderName::from_static(PROTOCOL_VERSION), v.clone()));
+        }
+        if self.version == Version::Sessions
+            && let Some(s) = &self.session
+        {
+            out.push((HeaderName::from_static(SESSION_ID), s.id.clone()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+impl SessionChecked {
+    /// For unit tests elsewhere in the crate: the result of a check that found `session`
+    /// bound to (user 1, client "c").
+    pub(crate) fn for_tests(protocol_version: Option<&str>, session: Option<&str>) -> Self {
+        let protocol_version = protocol_version.and_then(|v| HeaderValue::from_str(v).ok());
+        SessionChecked {
+            version: Version::from_header(protocol_version.as_ref().and_then(|v| v.to_str().ok())),
+            protocol_version,
+            session: session.and_then(|id| {
+                Some(SessionBound {
+                    rec: SessionRecord {
+                        user_id: UserId::github(1),
+                        client_id: ClientId::new("c"),
+                        url_elicitation: false,
+                        created_at: UnixTime(0),
+                    },
+                    id: HeaderValue::from_str(id).ok()?,
+                })
+            }),
+        }
+    }
+}
+
+/// Checks the presented session id, in every protocol version: absent is fine; present, it
+/// must be bound to this token's person and client.
+pub async fn check_transport(
+    store: &dyn Store,
+    headers: TransportHeaders,
+    token: &Audienced<AccessTokenRecord>,
+) -> Result<Result<SessionChecked, UnknownHandle>, StoreError> {
+    let session = match headers.session_id {
+        None => None,
+        Some(id) => {
+            let Ok(text) = id.to_str() else {
+                return Ok(Err(UnknownHandle));
+            };
+            match check_session(store, text, token).await? {
+                Ok(bound) => Some(bound),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    };
+    Ok(Ok(SessionChecked {
+        version: headers.version,
+        protocol_version: headers.protocol_version,
+        session,
+    }))
+}
 
 /// How long an idle session binding lives (refreshed by use is not needed: backends end
 /// sessions, and a forgotten binding only means the client must re-initialize).
@@ -32,14 +225,18 @@ pub struct SessionRecord {
     pub created_at: UnixTime,
 }
 
-/// A handle presented by the right person and client. Only this module makes one.
+/// A session presented by the right person and client. Only this module makes one.
 #[derive(Debug, Clone)]
-pub struct SessionBound(SessionRecord);
+pub struct SessionBound {
+    rec: SessionRecord,
+    /// The id as presented (visible ASCII).
+    id: HeaderValue,
+}
 
 impl SessionBound {
     /// The binding.
     pub fn get(&self) -> &SessionRecord {
-        &self.0
+        &self.rec
     }
 }
 
@@ -101,22 +298,19 @@ pub async fn check_session(
     let rec: Option<SessionRecord> = store
         .get_json(Keyspace::McpSessions, &session_key(session_id))
         .await?;
-    Ok(match rec {
-        Some(r) if r.user_id == *user_id && r.client_id == *client_id => Ok(SessionBound(r)),
+    let id = HeaderValue::from_str(session_id).ok();
+    Ok(match (rec, id) {
+        (Some(rec), Some(id)) if rec.user_id == *user_id && rec.client_id == *client_id => {
+            Ok(SessionBound { rec, id })
+        }
         _ => Err(UnknownHandle),
     })
 }
 
 /// Forgets a session (after the backend confirmed a DELETE).
-pub async fn forget_session(
-    store: &dyn Store,
-    bound: &SessionBound,
-    session_id: &str,
-) -> Result<(), StoreError> {
-    let _ = bound;
-    store
-        .remove(Keyspace::McpSessions, &session_key(session_id))
-        .await
+pub async fn forget_session(store: &dyn Store, bound: &SessionBound) -> Result<(), StoreError> {
+    let id = bound.id.to_str().unwrap_or_default();
+    store.remove(Keyspace::McpSessions, &session_key(id)).await
 }
 
 /// Records a `requestState` the backend returned to this token's person and client.
@@ -182,6 +376,154 @@ mod tests {
             "r",
         )
         .unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn single_visible_ascii_headers_are_read() {
+        let t = read_transport_headers(&headers(&[
+            ("mcp-session-id", b"0123abcd-_.~!"),
+            ("mcp-protocol-version", b"2025-11-25"),
+        ]))
+        .unwrap();
+        assert_eq!(t.session_id(), Some("0123abcd-_.~!"));
+        assert_eq!(t.version(), Version::Sessions);
+        let t =
+            read_transport_headers(&headers(&[("mcp-protocol-version", b"2026-07-28")])).unwrap();
+        assert_eq!((t.version(), t.session_id()), (Version::Stateless, None));
+        // No version header: the 2025-03-26 default, which has sessions.
+        let t = read_transport_headers(&HeaderMap::new()).unwrap();
+        assert_eq!((t.version(), t.session_id()), (Version::Sessions, None));
+    }
+
+    #[test]
+    fn repeated_session_or_version_header_is_refused() {
+        for name in [SESSION_ID, PROTOCOL_VERSION] {
+            for values in [&[&b"a"[..], b"b"][..], &[b"same", b"same"]] {
+                let pairs: Vec<(&str, &[u8])> = values.iter().map(|v| (name, *v)).collect();
+                assert_eq!(
+                    read_transport_headers(&headers(&pairs)),
+                    Err(BadTransportHeader::Repeated(name)),
+                    "{name} {values:?}"
+                );
+            }
+        }
+        // Spelled differently, still the same header.
+        let mut h = headers(&[("mcp-session-id", b"a")]);
+        h.append(
+            HeaderName::from_bytes(b"Mcp-Session-Id").unwrap(),
+            HeaderValue::from_static("b"),
+        );
+        assert_eq!(
+            read_transport_headers(&h),
+            Err(BadTransportHeader::Repeated(SESSION_ID))
+        );
+    }
+
+    #[test]
+    fn session_or_version_header_outside_visible_ascii_is_refused() {
+        for name in [SESSION_ID, PROTOCOL_VERSION] {
+            for bad in [&b"sess\xe9"[..], b"\xc3\xa9", b"a b", b"a\tb", b""] {
+                assert_eq!(
+                    read_transport_headers(&headers(&[(name, bad)])),
+                    Err(BadTransportHeader::NotVisibleAscii(name)),
+                    "{name} {bad:?}"
+                );
+            }
+        }
+        assert_eq!(
+            BadTransportHeader::Repeated(SESSION_ID).header(),
+            "Mcp-Session-Id"
+        );
+        assert_eq!(
+            BadTransportHeader::NotVisibleAscii(PROTOCOL_VERSION).header(),
+            "MCP-Protocol-Version"
+        );
+    }
+
+    #[test]
+    fn session_id_goes_upstream_only_in_versions_with_sessions() {
+        let names = |c: &SessionChecked| -> Vec<String> {
+            c.upstream()
+                .into_iter()
+                .map(|(n, v)| format!("{n}={}", v.to_str().unwrap()))
+                .collect()
+        };
+        assert_eq!(
+            names(&SessionChecked::for_tests(Some("2025-06-18"), Some("s1"))),
+            ["mcp-protocol-version=2025-06-18", "mcp-session-id=s1"]
+        );
+        assert_eq!(
+            names(&SessionChecked::for_tests(None, Some("s1"))),
+            ["mcp-session-id=s1"]
+        );
+        assert_eq!(
+            names(&SessionChecked::for_tests(Some("2026-07-28"), Some("s1"))),
+            ["mcp-protocol-version=2026-07-28"]
+        );
+    }
+
+    #[test]
+    fn minted_session_id_must_be_single_and_visible_ascii() {
+        assert_eq!(
+            minted_session_id(&headers(&[("mcp-session-id", b"s1")])),
+            Some("s1")
+        );
+        assert_eq!(
+            minted_session_id(&headers(&[
+                ("mcp-session-id", b"s1"),
+                ("mcp-session-id", b"s2")
+            ])),
+            None
+        );
+        assert_eq!(
+            minted_session_id(&headers(&[("mcp-session-id", b"s\xe9")])),
+            None
+        );
+        assert_eq!(minted_session_id(&HeaderMap::new()), None);
+    }
+
+    #[tokio::test]
+    async fn session_check_runs_in_every_version() {
+        let s = SledStore::temporary(ManualClock::new(UnixTime(1))).unwrap();
+        let alice = token(1, "c");
+        bind_session(&s, UnixTime(1), "alice-s", &alice, false)
+            .await
+            .unwrap();
+        for version in [
+            None,
+            Some(&b"2025-06-18"[..]),
+            Some(b"2025-11-25"),
+            Some(b"2026-07-28"),
+        ] {
+            let mut pairs: Vec<(&str, &[u8])> = vec![("mcp-session-id", b"alice-s")];
+            if let Some(v) = version {
+                pairs.push(("mcp-protocol-version", v));
+            }
+            let presented = || read_transport_headers(&headers(&pairs)).unwrap();
+            assert!(
+                check_transport(&s, presented(), &token(2, "c"))
+                    .await
+                    .unwrap()
+                    .is_err(),
+                "{version:?}"
+            );
+            let own = check_transport(&s, presented(), &alice)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(own.session().is_some(), "{version:?}");
+        }
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use super::{ClientContext, GatewayError, McpRequest};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::audience::Audienced;
-use crate::bindings::session_binding;
+use crate::bindings::session_binding::{self, SessionChecked};
 use crate::bindings::upstream_auth::{self, BackendCredential};
 use crate::config::BackendConfig;
 use crate::store::records::AccessTokenRecord;
@@ -93,17 +93,18 @@ pub fn backend_client(b: &BackendConfig) -> Result<reqwest::Client, reqwest::Err
 /// Sends the request to the backend and prepares the streamed response.
 pub async fn forward(
     app: &App,
-    backend: &BackendConfig,
     token: Audienced<AccessTokenRecord>,
     credential: BackendCredential,
+    checked: &SessionChecked,
     req: McpRequest,
     inbound: Inbound,
     context: ClientContext,
 ) -> Result<Forwarded, GatewayError> {
     let http = app.backend_http.as_ref().ok_or(GatewayError::NoBackend)?;
+    let backend = app.config.backend.as_ref().ok_or(GatewayError::NoBackend)?;
     // The backend call's span: held by the observer until the answer has streamed through.
     let span = telemetry::backend_span(&req.method, &backend.url, inbound.method.as_deref());
-    let mut headers = upstream_auth::upstream_headers(&req.headers, credential);
+    let mut headers = upstream_auth::upstream_headers(&req.headers, checked, credential);
     telemetry::inject_backend(&span, &req.headers, &mut headers);
     let resp = http
         .request(req.method, backend.url.clone())
@@ -132,12 +133,9 @@ pub async fn forward(
             "backend refused the credential ({status})"
         )));
     }
-    let mut headers = upstream_auth::downstream_headers(resp.headers());
+    let mut headers = upstream_auth::downstream_headers(resp.headers(), context.version);
     if context.version == Version::Sessions
-        && let Some(sid) = resp
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
+        && let Some(sid) = session_binding::minted_session_id(resp.headers())
         && !session_binding::bind_session(
             app.store.as_ref(),
             app.clock.now(),

@@ -68,6 +68,17 @@ fn tool_for_audit(name: &str) -> String {
     }
 }
 
+/// Whether a body is a JSON-RPC batch: its first byte after JSON whitespace (and a UTF-8
+/// byte-order mark, which lenient parsers skip) is `[`. Decided on the bytes, not on a
+/// successful parse, so a batch no parser here accepts but a backend's might still counts.
+/// MCP removed batching in 2025-06-18; the gateway refuses every batch (see SECURITY.md).
+pub fn is_batch(body: &[u8]) -> bool {
+    let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
+    body.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+        .is_some_and(|&b| b == b'[')
+}
+
 /// Reads an inbound body. Anything that is not a single JSON object yields the default (the
 /// backend decides what to do with it; the gateway only forwards).
 pub fn inspect_request(body: &[u8]) -> Inbound {
@@ -336,6 +347,28 @@ mod tests {
         assert_eq!(i.id.as_deref(), Some("\"a\""));
         assert!(i.request_declares_url_elicitation);
         assert_eq!(i.request_state.as_deref(), Some("rs"));
+    }
+
+    #[test]
+    fn batches_are_recognised_on_the_bytes() {
+        for batch in [
+            &b"[]"[..],
+            b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]",
+            b" \r\n\t[{}]",
+            b"\xef\xbb\xbf[{}]",
+            b"[{\"unterminated\"",
+        ] {
+            assert!(is_batch(batch), "{:?}", String::from_utf8_lossy(batch));
+        }
+        for single in [
+            &b""[..],
+            b"   ",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"a\":[1]}}",
+            b"\"[\"",
+            b"x[",
+        ] {
+            assert!(!is_batch(single), "{:?}", String::from_utf8_lossy(single));
+        }
     }
 
     #[test]

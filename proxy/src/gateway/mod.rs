@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::audience::Audienced;
 use crate::bindings::connect_link;
-use crate::bindings::session_binding::{self, SessionBound};
+use crate::bindings::session_binding::{self, SessionChecked};
 use crate::bindings::upstream_auth::BackendCredential;
 use crate::config::BackendAuth;
 use crate::flows::access::{self, TokenRejection};
@@ -50,6 +50,12 @@ pub enum GatewayError {
     /// Unknown `Mcp-Session-Id` or `requestState`, or one that belongs to someone else.
     #[error("unknown session")]
     UnknownSession,
+    /// `Mcp-Session-Id` or `MCP-Protocol-Version` repeated, empty or not visible ASCII.
+    #[error("bad transport header: {0:?}")]
+    BadTransportHeader(session_binding::BadTransportHeader),
+    /// A JSON-RPC batch (removed from MCP in 2025-06-18; never forwarded).
+    #[error("JSON-RPC batch")]
+    BatchNotSupported,
     /// A request without a JSON-RPC id-bearing body where a session is needed.
     #[error("GitHub access missing")]
     GitHubAccessMissing {
@@ -190,18 +196,17 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
         Verdict::Unavailable => return Err(GatewayError::StandingUnverifiable),
     }
 
-    let version = Version::from_header(header(&req.headers, "mcp-protocol-version"));
     let inbound = if req.method == Method::POST {
         jsonrpc::inspect_request(&req.body)
     } else {
         Inbound::default()
     };
-    let session_id = header(&req.headers, "mcp-session-id").map(str::to_owned);
-    let session = check_handles(app, &token, version, session_id.as_deref(), &inbound).await?;
+    let checked = check_handles(app, &token, &req, &inbound).await?;
+    let version = checked.version();
     let context = ClientContext {
         version,
         url_elicitation: match version {
-            Version::Sessions => session.as_ref().is_some_and(|s| s.get().url_elicitation),
+            Version::Sessions => checked.session().is_some_and(|s| s.get().url_elicitation),
             Version::Stateless => inbound.request_declares_url_elicitation,
         },
     };
@@ -251,9 +256,9 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
     };
     let forwarded = match forward::forward(
         app,
-        backend,
         token,
         credential,
+        &checked,
         req,
         inbound.clone(),
         context,
@@ -281,39 +286,50 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
     };
     if is_delete
         && forwarded.status.is_success()
-        && let (Some(s), Some(id)) = (&session, &session_id)
+        && version == Version::Sessions
+        && let Some(s) = checked.session()
     {
-        session_binding::forget_session(app.store.as_ref(), s, id).await?;
+        session_binding::forget_session(app.store.as_ref(), s).await?;
     }
     Ok(forwarded)
 }
 
-/// Checks the session id (2025-x) and any echoed `requestState` belong to this caller.
+/// Checks the request's handles before anything reaches the backend: the transport headers
+/// (`Mcp-Session-Id`, `MCP-Protocol-Version`: once each, visible ASCII), the session id in
+/// every protocol version, no JSON-RPC batch, and any echoed `requestState`. What it returns
+/// is the only source of the session and version headers the backend receives.
 async fn check_handles(
     app: &App,
     token: &Audienced<AccessTokenRecord>,
-    version: Version,
-    session_id: Option<&str>,
+    req: &McpRequest,
     inbound: &Inbound,
-) -> Result<Option<SessionBound>, GatewayError> {
+) -> Result<SessionChecked, GatewayError> {
     let store = app.store.as_ref();
     let reject = |kind: &'static str| AuditEvent::HandleRejected {
         user_id: token.get().user_id.clone(),
         client_id: token.get().client_id.clone(),
         kind,
     };
-    let mut bound = None;
-    // 2026-07-28 has no sessions: a stray header is ignored by the backend, and never bound.
-    if version == Version::Sessions
-        && let Some(id) = session_id
-    {
-        match session_binding::check_session(store, id, token).await? {
-            Ok(s) => bound = Some(s),
-            Err(_) => {
-                app.audit.record(reject("session")).await?;
-                return Err(GatewayError::UnknownSession);
-            }
+    let headers = match session_binding::read_transport_headers(&req.headers) {
+        Ok(h) => h,
+        Err(bad) => {
+            app.audit.record(reject("transport_header")).await?;
+            return Err(GatewayError::BadTransportHeader(bad));
         }
+    };
+    // Every version: a 2026-07-28 request has no use for a session id, but one that carries
+    // someone else's is refused like any other (and the caller's own is stripped later).
+    let checked = match session_binding::check_transport(store, headers, token).await? {
+        Ok(c) => c,
+        Err(_) => {
+            app.audit.record(reject("session")).await?;
+            return Err(GatewayError::UnknownSession);
+        }
+    };
+    // A batch would hide its elements from the checks below and from the `tools/call` audit.
+    if req.method == Method::POST && jsonrpc::is_batch(&req.body) {
+        app.audit.record(reject("batch")).await?;
+        return Err(GatewayError::BatchNotSupported);
     }
     if let Some(state) = &inbound.request_state
         && state.starts_with(request_state::PREFIX)
@@ -347,7 +363,7 @@ async fn check_handles(
         app.audit.record(reject("request_state")).await?;
         return Err(GatewayError::UnknownSession);
     }
-    Ok(bound)
+    Ok(checked)
 }
 
 fn flow_err(e: crate::flows::FlowError) -> GatewayError {

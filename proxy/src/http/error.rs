@@ -8,6 +8,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
 
+use crate::bindings::session_binding::BadTransportHeader;
 use crate::crypto;
 use crate::flows::register::Refusal;
 use crate::flows::{FlowError, PageProblem, pages};
@@ -174,6 +175,8 @@ pub fn gateway(app: &crate::app::App, e: GatewayError) -> Response {
         GatewayError::GitHubRejected => "github_rejected",
         GatewayError::ForbiddenOrigin => "forbidden_origin",
         GatewayError::UnknownSession => "unknown_session",
+        GatewayError::BadTransportHeader(_) => "bad_transport_header",
+        GatewayError::BatchNotSupported => "batch_not_supported",
         GatewayError::GitHubAccessMissing { .. } => "github_access_missing",
         GatewayError::NoBackend => "no_backend",
         GatewayError::StandingUnverifiable => "standing_unverifiable",
@@ -225,6 +228,27 @@ pub fn gateway(app: &crate::app::App, e: GatewayError) -> Response {
         GatewayError::UnknownSession => {
             rpc(StatusCode::NOT_FOUND, None, -32001, "Session not found")
         }
+        GatewayError::BadTransportHeader(bad) => {
+            let problem = match bad {
+                BadTransportHeader::Repeated(_) => "must be sent at most once",
+                BadTransportHeader::NotVisibleAscii(_) => {
+                    "must be visible ASCII characters (0x21 to 0x7E)"
+                }
+            };
+            rpc(
+                StatusCode::BAD_REQUEST,
+                None,
+                -32600,
+                &format!("Invalid Request: {} {problem}", bad.header()),
+            )
+        }
+        // JSON-RPC 2.0 answers an invalid batch with one error whose id is null.
+        GatewayError::BatchNotSupported => rpc(
+            StatusCode::BAD_REQUEST,
+            None,
+            -32600,
+            "batching is not supported",
+        ),
         GatewayError::GitHubAccessMissing { id: Some(id) } => rpc(
             StatusCode::OK,
             Some(&id),
