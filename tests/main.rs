@@ -8,6 +8,13 @@
 mod crash;
 mod support;
 
+/// The stranger's suite (issue 15): what anonymous traffic can cost, against the real binary
+/// and in process.
+mod abuse {
+    mod anonymous;
+    mod rate_limits;
+}
+
 /// Audit trail, detection alerts, the webhook sink and `audit verify` (issue 6).
 mod audit {
     mod detection;
