@@ -8,8 +8,11 @@
 mod crash;
 mod support;
 
-/// Playing the stranger at the edge (issue 15).
+/// The stranger's suite (issue 15): what anonymous traffic can cost and the edge's side doors,
+/// against the real binary and in process.
 mod abuse {
+    mod anonymous;
+    mod rate_limits;
     mod sessions;
 }
 

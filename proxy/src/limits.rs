@@ -1,4 +1,6 @@
-//! Rate limits on `/register` and `/token`, with `governor`'s GCRA: token buckets per client
+//! Rate limits on every public endpoint that does work for a stranger (`/register`, `/token`,
+//! `/revoke`, `/authorize`, `/callback/github`, `/consent`, `/connect/{code}` and the account
+//! page's forms), with `governor`'s GCRA: token buckets per client
 //! IP (IPv4 per address; IPv6 per /64, the smallest block one subscriber usually holds, and
 //! per /48, one site's allocation, with [`WIDE_FACTOR`] times the allowance) plus one global
 //! bucket per endpoint. Time comes from the injected clock, so tests move it by hand.
@@ -98,6 +100,59 @@ pub enum Endpoint {
     Register,
     /// `POST /token`.
     Token,
+    /// `POST /revoke`.
+    Revoke,
+    /// `GET /authorize`.
+    Authorize,
+    /// `GET /callback/github`.
+    Callback,
+    /// `POST /consent`.
+    Consent,
+    /// `GET` and `POST /connect/{code}`.
+    Connect,
+    /// `POST /account/...`.
+    Account,
+}
+
+impl Endpoint {
+    /// Every endpoint, in the order [`Limits`] keeps their limiters.
+    pub const ALL: [Endpoint; 8] = [
+        Endpoint::Register,
+        Endpoint::Token,
+        Endpoint::Revoke,
+        Endpoint::Authorize,
+        Endpoint::Callback,
+        Endpoint::Consent,
+        Endpoint::Connect,
+        Endpoint::Account,
+    ];
+
+    /// Its `[rate_limits.<name>]` section, also its metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Register => "register",
+            Endpoint::Token => "token",
+            Endpoint::Revoke => "revoke",
+            Endpoint::Authorize => "authorize",
+            Endpoint::Callback => "callback",
+            Endpoint::Consent => "consent",
+            Endpoint::Connect => "connect",
+            Endpoint::Account => "account",
+        }
+    }
+
+    fn config(self, cfg: &RateLimits) -> &RateLimit {
+        match self {
+            Endpoint::Register => &cfg.register,
+            Endpoint::Token => &cfg.token,
+            Endpoint::Revoke => &cfg.revoke,
+            Endpoint::Authorize => &cfg.authorize,
+            Endpoint::Callback => &cfg.callback,
+            Endpoint::Consent => &cfg.consent,
+            Endpoint::Connect => &cfg.connect,
+            Endpoint::Account => &cfg.account,
+        }
+    }
 }
 
 /// Which bucket ran dry.
@@ -208,8 +263,8 @@ impl EndpointLimiter {
 pub struct Limits {
     enabled: bool,
     clock: InjectedClock,
-    register: EndpointLimiter,
-    token: EndpointLimiter,
+    /// One per [`Endpoint::ALL`], in that order.
+    endpoints: Vec<EndpointLimiter>,
 }
 
 /// The bucket key for an address: IPv4 as is, IPv6 by its /64 (also the registration dedupe
@@ -239,17 +294,17 @@ impl Limits {
         let clock = InjectedClock(clock);
         Limits {
             enabled: cfg.enabled,
-            register: EndpointLimiter::new(&cfg.register, &clock, cap),
-            token: EndpointLimiter::new(&cfg.token, &clock, cap),
+            endpoints: Endpoint::ALL
+                .iter()
+                .map(|e| EndpointLimiter::new(e.config(cfg), &clock, cap))
+                .collect(),
             clock,
         }
     }
 
-    fn endpoint(&self, endpoint: Endpoint) -> &EndpointLimiter {
-        match endpoint {
-            Endpoint::Register => &self.register,
-            Endpoint::Token => &self.token,
-        }
+    fn endpoint(&self, endpoint: Endpoint) -> Option<&EndpointLimiter> {
+        let i = Endpoint::ALL.iter().position(|e| *e == endpoint)?;
+        self.endpoints.get(i)
     }
 
     fn refused(&self, n: &NotUntil<Nanos>, bucket: Bucket) -> RateLimited {
@@ -267,7 +322,9 @@ impl Limits {
         if !self.enabled {
             return Ok(());
         }
-        let l = self.endpoint(endpoint);
+        let Some(l) = self.endpoint(endpoint) else {
+            return Ok(());
+        };
         if let Some(ip) = ip {
             let key = bucket_key(ip);
             let wide = wide_key(ip);
@@ -303,16 +360,16 @@ impl Limits {
 
     /// Forgets every bucket that is full again (called by the sweeper).
     pub fn retain_recent(&self) {
-        for l in [&self.register, &self.token] {
+        for l in &self.endpoints {
             for t in l.tables() {
                 t.prune();
             }
         }
     }
 
-    /// Buckets currently tracked, per-IP and /48, both endpoints (for tests and metrics).
+    /// Buckets currently tracked, per-IP and /48, every endpoint (for tests and metrics).
     pub fn tracked_ips(&self) -> usize {
-        [&self.register, &self.token]
+        self.endpoints
             .iter()
             .flat_map(|l| l.tables())
             .map(|t| t.store.0.len())
@@ -328,9 +385,8 @@ mod tests {
     fn limits(register: RateLimit) -> (Limits, std::sync::Arc<ManualClock>) {
         let clock = ManualClock::new(UnixTime(1_000_000));
         let cfg = RateLimits {
-            enabled: true,
             register,
-            token: RateLimit::TOKEN,
+            ..RateLimits::default()
         };
         (Limits::new(&cfg, clock.clone()), clock)
     }
@@ -473,9 +529,8 @@ mod tests {
     fn at_the_cap_new_addresses_are_refused_only_until_pruning_makes_room() {
         let clock = ManualClock::new(UnixTime(1_000_000));
         let cfg = RateLimits {
-            enabled: true,
             register: SMALL,
-            token: RateLimit::TOKEN,
+            ..RateLimits::default()
         };
         let l = Limits::with_cap(&cfg, clock.clone(), 2);
         assert!(l.check(Endpoint::Register, ip("192.0.2.1")).is_ok());
@@ -487,7 +542,11 @@ mod tests {
         assert_eq!(e.retry_after_secs, PRUNE_EVERY_SECS);
         assert_eq!(l.tracked_ips(), 2);
         assert_eq!(
-            l.register.per_ip.last_prune.load(Ordering::Relaxed),
+            l.endpoint(Endpoint::Register)
+                .unwrap()
+                .per_ip
+                .last_prune
+                .load(Ordering::Relaxed),
             1_000_000
         );
         assert!(l.check(Endpoint::Register, ip("192.0.2.1")).is_ok());
@@ -496,7 +555,11 @@ mod tests {
         assert!(l.check(Endpoint::Register, ip("192.0.2.3")).is_ok());
         assert_eq!(l.tracked_ips(), 1);
         assert_eq!(
-            l.register.per_ip.last_prune.load(Ordering::Relaxed),
+            l.endpoint(Endpoint::Register)
+                .unwrap()
+                .per_ip
+                .last_prune
+                .load(Ordering::Relaxed),
             1_003_600
         );
     }
@@ -512,12 +575,59 @@ mod tests {
     }
 
     #[test]
+    fn every_endpoint_has_its_own_per_ip_and_global_buckets_from_its_section() {
+        let clock = ManualClock::new(UnixTime(1_000_000));
+        let cfg = RateLimits {
+            revoke: SMALL,
+            authorize: SMALL,
+            callback: SMALL,
+            consent: SMALL,
+            connect: SMALL,
+            account: SMALL,
+            ..RateLimits::default()
+        };
+        let l = Limits::new(&cfg, clock.clone());
+        for e in &Endpoint::ALL[2..] {
+            // Per IP: a burst of 2, then refused until a minute has passed.
+            assert!(l.check(*e, ip("192.0.2.1")).is_ok(), "{e:?}");
+            assert!(l.check(*e, ip("192.0.2.1")).is_ok(), "{e:?}");
+            let r = l.check(*e, ip("192.0.2.1")).unwrap_err();
+            assert_eq!((r.bucket, r.retry_after_secs), (Bucket::PerIp, 60), "{e:?}");
+            // Everyone: a burst of 3.
+            assert!(l.check(*e, ip("192.0.2.2")).is_ok(), "{e:?}");
+            let r = l.check(*e, ip("192.0.2.3")).unwrap_err();
+            assert_eq!(r.bucket, Bucket::Global, "{e:?}");
+        }
+        // Spending one endpoint's buckets left the defaults of /register and /token alone.
+        assert!(l.check(Endpoint::Token, ip("192.0.2.1")).is_ok());
+        clock.advance(60);
+        for e in &Endpoint::ALL[2..] {
+            assert!(l.check(*e, ip("192.0.2.1")).is_ok(), "{e:?} refilled");
+        }
+        let names: Vec<_> = Endpoint::ALL.iter().map(|e| e.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "register",
+                "token",
+                "revoke",
+                "authorize",
+                "callback",
+                "consent",
+                "connect",
+                "account"
+            ]
+        );
+    }
+
+    #[test]
     fn disabled_limits_let_everything_through() {
         let clock = ManualClock::new(UnixTime(1));
         let cfg = RateLimits {
             enabled: false,
             register: SMALL,
             token: SMALL,
+            ..RateLimits::default()
         };
         let l = Limits::new(&cfg, clock);
         for _ in 0..10 {

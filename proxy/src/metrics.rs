@@ -92,6 +92,17 @@ struct Inner {
     webhooks: Family<ResultLabels, Counter>,
     webhook_drops: Counter,
     store_seconds: Histograms<OpLabels>,
+    refusal_overflow: Counter,
+    rate_limited: Family<EndpointBucketLabels, Counter>,
+    store_disk_flushes: Counter,
+    /// Serializes [`Metrics::store_disk_flushes`] updates (a counter only moves forward).
+    disk_flushes_seen: std::sync::Mutex<u64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointBucketLabels {
+    endpoint: String,
+    bucket: String,
 }
 
 /// The metrics registry. Cheap to clone.
@@ -217,6 +228,24 @@ impl Metrics {
             "Store operation latency, by operation",
             store_seconds.clone(),
         );
+        let refusal_overflow = Counter::default();
+        registry.register(
+            "audit_refusal_overflow",
+            "Anonymous refusals counted without their source (the per-minute table was full)",
+            refusal_overflow.clone(),
+        );
+        let rate_limited = Family::<EndpointBucketLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused by a rate limit, by endpoint and bucket (per_ip or global)",
+            rate_limited.clone(),
+        );
+        let store_disk_flushes = Counter::default();
+        registry.register(
+            "store_disk_flushes",
+            "Flushes of the embedded store to disk (sled: fsyncs of its log); 0 on PostgreSQL",
+            store_disk_flushes.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             requests,
@@ -234,6 +263,10 @@ impl Metrics {
             webhooks,
             webhook_drops,
             store_seconds,
+            refusal_overflow,
+            rate_limited,
+            store_disk_flushes,
+            disk_flushes_seen: std::sync::Mutex::new(0),
         }))
     }
 
@@ -330,15 +363,28 @@ impl Metrics {
         }
     }
 
-    /// A request to `/register` or `/token` was refused by a rate limit (not an audit event:
-    /// a flood would fill the trail).
+    /// A request was refused by a rate limit (not an audit event: a flood would fill the
+    /// trail). Counted in `rate_limited{endpoint, bucket}`, and for `/register` and `/token`
+    /// also under `rejections{source="rate_limit"}` as before.
     pub fn rate_limited(&self, endpoint: crate::limits::Endpoint, bucket: crate::limits::Bucket) {
         use crate::limits::{Bucket, Endpoint};
+        let b = match bucket {
+            Bucket::PerIp => "per_ip",
+            Bucket::Global => "global",
+        };
+        self.0
+            .rate_limited
+            .get_or_create(&EndpointBucketLabels {
+                endpoint: endpoint.name().to_owned(),
+                bucket: b.to_owned(),
+            })
+            .inc();
         let reason = match (endpoint, bucket) {
             (Endpoint::Register, Bucket::PerIp) => "register_per_ip",
             (Endpoint::Register, Bucket::Global) => "register_global",
             (Endpoint::Token, Bucket::PerIp) => "token_per_ip",
             (Endpoint::Token, Bucket::Global) => "token_global",
+            _ => return,
         };
         self.0
             .rejections
@@ -347,6 +393,38 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// An anonymous refusal (`audit::aggregate`): counted here at once, under the same labels
+    /// the individual events used.
+    pub fn anonymous_refusal(&self, source: &'static str, reason: &'static str) {
+        self.0
+            .rejections
+            .get_or_create(&RejectionLabels {
+                source: source.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// An anonymous refusal was counted without its source (the aggregate table was full).
+    pub fn refusal_overflow(&self) {
+        self.0.refusal_overflow.inc();
+    }
+
+    /// The store's disk flushes so far ([`crate::store::Store::disk_flushes`]), read when the
+    /// metrics are scraped.
+    pub fn store_disk_flushes(&self, total: Option<u64>) {
+        let Some(total) = total else { return };
+        let mut seen = self
+            .0
+            .disk_flushes_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if total > *seen {
+            self.0.store_disk_flushes.inc_by(total - *seen);
+            *seen = total;
+        }
     }
 
     /// A webhook delivery succeeded.

@@ -117,6 +117,27 @@ pub fn spawn_sweeper(app: &App) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// How often the anonymous-refusal counts of finished minutes are written (one event per
+/// source and refusal per minute, `audit::aggregate`).
+const REFUSALS_EVERY: Duration = Duration::from_secs(15);
+
+/// Spawns the writer of anonymous-refusal aggregates: each round writes the minutes that
+/// have ended, all under one flush.
+pub fn spawn_refusal_writer(app: &App) -> tokio::task::JoinHandle<()> {
+    let audit = app.audit.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REFUSALS_EVERY);
+        loop {
+            tick.tick().await;
+            match audit.flush_refusals(false).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(events = n, "anonymous refusals written"),
+                Err(e) => tracing::warn!(error = %e, "writing anonymous refusals failed"),
+            }
+        }
+    })
+}
+
 /// The two bound listeners: the public one and the admin one (metrics, health, admin API).
 #[derive(Debug)]
 pub struct Listeners {
@@ -168,6 +189,8 @@ pub async fn serve_on(
     #[cfg(unix)]
     let reloader = crate::shutdown::reload_on_sighup(tls.clone());
     let sweeper = spawn_sweeper(&app);
+    let refusals = spawn_refusal_writer(&app);
+    let audit = app.audit.clone();
     let store = app.store.clone();
     let drain = app.drain.clone();
     let grace = Duration::from_secs(app.config.shutdown_grace_secs);
@@ -236,6 +259,11 @@ pub async fn serve_on(
         admin_deadline.abort();
     }
     sweeper.abort();
+    refusals.abort();
+    // The current minute's anonymous-refusal counts too, before the final flush.
+    if let Err(e) = audit.flush_refusals(true).await {
+        tracing::error!(error = %e, "writing anonymous refusals at shutdown failed");
+    }
     #[cfg(unix)]
     if let Some(r) = reloader {
         r.abort();

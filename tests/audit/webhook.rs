@@ -225,7 +225,8 @@ async fn slow_receiver_never_blocks_requests_and_overflow_is_counted() {
     eventually("an event was retried under its id", retried).await;
 }
 
-/// Anonymous requests produce ordinary events at line rate (here `token_rejected` at /mcp)
+/// Anonymous requests produce ordinary events at line rate (here `consent_shown` for each
+/// `/authorize` of a registered client; refusals such as a tokenless `/mcp` are only counted)
 /// while the receiver is down, filling the queue: an alert raised afterwards has a queue and
 /// delivery slots of its own, so it is not dropped and arrives once the receiver is back.
 /// The ordinary events that did not fit are dropped and counted.
@@ -247,13 +248,9 @@ async fn event_flood_while_the_receiver_is_down_does_not_crowd_out_a_later_alert
 
     let http = crate::support::http();
     for _ in 0..40 {
-        let r = http
-            .post(proxy.url("/mcp"))
-            .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 401);
+        let url = c.authorize_url(&proxy, &crate::support::client::Pkce::new(), "s", &[]);
+        let r = http.get(url).send().await.unwrap();
+        assert_eq!(r.status(), 200);
     }
     eventually("the flood overflowed the queue", || {
         stats(&proxy).dropped >= 20

@@ -41,12 +41,22 @@ async fn captured_github_url_opened_in_victim_browser_is_rejected() {
         "GitHub's code must not be exchanged"
     );
     assert_eq!(proxy.count(Keyspace::Codes).await, codes_before);
+    // Anyone can send a bad state: counted per source and minute, not stored per request.
     assert!(
-        proxy
+        !proxy
             .audit_events()
             .await
             .iter()
             .any(|e| e == "callback_rejected")
+    );
+    proxy.app.audit.flush_refusals(true).await.unwrap();
+    let trail = proxy.app.audit.all().await.unwrap();
+    assert!(
+        trail.iter().any(|r| r.kind == "anonymous_refusals"
+            && r.event["refused_at"] == "callback"
+            && r.event["reason"] == "state_not_this_browser"
+            && r.event["count"] == 1),
+        "{trail:?}"
     );
 }
 

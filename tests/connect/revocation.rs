@@ -355,3 +355,54 @@ async fn admin_grant_revoke_reports_a_github_revocation_that_did_not_happen() {
     // The person's tokens are revoked, so the backend token is too.
     refused_as_revoked(&proxy, &bt).await;
 }
+
+/// Issue 15: the admin grant revoke and the account disconnect share one helper
+/// (`Grants::forget`, `flows/revoke.rs`) that reports a failed GitHub-side revocation to the
+/// caller and the audit trail. Here the case the issue found swallowed (`.ok()`): the stored
+/// GitHub token cannot be opened, so GitHub cannot be asked. The admin API says so, the event
+/// records it, and the grant and tokens are gone here all the same. (The disconnect path:
+/// `disconnect_that_could_not_revoke_at_github_says_so`; GitHub refusing the deletion:
+/// `admin_grant_revoke_reports_a_github_revocation_that_did_not_happen`.)
+#[tokio::test]
+async fn failed_github_side_revocation_is_reported_not_swallowed() {
+    let (proxy, admin) = proxy().await;
+    let alice = Person::with_agent(&proxy, "alice", "Repo Helper", "2026-07-28").await;
+    let bt = backend_token_of(&proxy, &alice.mcp).await;
+    let user = UserId::github(1001);
+    let mut grant: GrantRecord = proxy
+        .app
+        .store
+        .get_json(Keyspace::Grants, user.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    grant.sealed_token = "AAAA".to_owned();
+    proxy
+        .app
+        .store
+        .put_json(Keyspace::Grants, user.as_str(), &grant, None)
+        .await
+        .unwrap();
+    let deletions = || {
+        proxy
+            .github
+            .requests()
+            .iter()
+            .filter(|r| r.path().ends_with("/grant"))
+            .count()
+    };
+    let before = deletions();
+
+    let (status, r) = admin
+        .post("/admin/api/grants/revoke", &json!({"user": ALICE}))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["grant_removed"], true);
+    assert_eq!(r["github_revocation"], "token_unreadable", "{r}");
+    assert_eq!(deletions(), before, "GitHub could not be asked");
+    assert_eq!(proxy.count(Keyspace::Grants).await, 0);
+    let ev = last_event(&proxy).await;
+    assert_eq!(ev["event"], "grant_revoked_by_admin");
+    assert_eq!(ev["github_revocation"], "token_unreadable");
+    refused_as_revoked(&proxy, &bt).await;
+}

@@ -4,6 +4,7 @@ use super::{behind_trusted_proxy, body, register_as};
 use crate::support::Options;
 use crate::support::TestProxy;
 use mcp_oauth_proxy::store::Keyspace;
+use serde_json::json;
 
 const IAT: &str = "iat-0123456789abcdef0123456789abcdef";
 
@@ -48,14 +49,15 @@ async fn closed_registration_refuses_dcr_with_403_and_stores_nothing() {
     assert_eq!(r.status, 403);
     assert_eq!(proxy.count(Keyspace::Clients).await, 0);
     assert_eq!(proxy.count(Keyspace::ClientDedupe).await, 0);
-    let events = proxy.audit_events().await;
-    assert_eq!(
-        events
-            .iter()
-            .filter(|e| *e == "registration_refused")
-            .count(),
-        2
-    );
+    // Anonymous refusals: one aggregate for the source and reason, not one event each.
+    proxy.app.audit.flush_refusals(true).await.unwrap();
+    let trail = proxy.app.audit.all().await.unwrap();
+    let refused: Vec<_> = trail
+        .iter()
+        .filter(|e| e.kind == "anonymous_refusals")
+        .map(|e| (e.event["reason"].clone(), e.event["count"].clone()))
+        .collect();
+    assert_eq!(refused, [(json!("closed"), json!(2))], "{trail:?}");
     assert!(
         !proxy
             .audit_events()
@@ -150,14 +152,42 @@ async fn guessing_the_initial_access_token_is_audited_with_the_client_ip() {
         let r = register_as(&proxy, Some("198.51.100.66"), auth, &b).await;
         assert_eq!(r.status, 401);
     }
+    // Counted per source and minute (anonymous: nothing stored per request), with the
+    // client IP: the guesser is visible in the trail once the minute is written.
+    assert!(
+        !proxy
+            .app
+            .audit
+            .all()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "anonymous_refusals"),
+        "nothing is written while the minute lasts"
+    );
+    proxy.app.audit.flush_refusals(true).await.unwrap();
     let all = proxy.app.audit.all().await.unwrap();
     let refused: Vec<_> = all
         .iter()
-        .filter(|e| e.event["event"] == "registration_refused")
+        .filter(|e| e.event["event"] == "anonymous_refusals")
         .collect();
-    let reasons: Vec<_> = refused.iter().map(|e| e.event["reason"].clone()).collect();
-    assert_eq!(reasons, ["wrong_token", "wrong_token", "missing_token"]);
-    assert!(refused.iter().all(|e| e.event["ip"] == "198.51.100.66"));
+    let mut reasons: Vec<_> = refused
+        .iter()
+        .map(|e| (e.event["reason"].clone(), e.event["count"].clone()))
+        .collect();
+    reasons.sort_by_key(|(r, _)| r.to_string());
+    assert_eq!(
+        reasons,
+        [
+            (json!("missing_token"), json!(1)),
+            (json!("wrong_token"), json!(2))
+        ]
+    );
+    assert!(
+        refused.iter().all(
+            |e| e.event["source"] == "198.51.100.66" && e.event["refused_at"] == "registration"
+        )
+    );
     assert!(
         !all.iter().any(|e| e.event.to_string().contains("guess-")),
         "the presented token is never recorded"

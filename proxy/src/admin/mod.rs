@@ -28,7 +28,11 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+        .route("/readyz", {
+            // One probe per listener: callers within its period share the last answer.
+            let probe = std::sync::Arc::new(flow::ReadinessProbe::default());
+            get(move |State(app): State<App>| readyz(app, probe.clone()))
+        })
         .route("/admin/api/clients", get(clients_list))
         .route(
             "/admin/api/clients/{id}",
@@ -132,6 +136,7 @@ fn json_ok<T: serde::Serialize>(v: &T) -> Response {
 }
 
 async fn metrics(State(app): State<App>) -> Response {
+    app.metrics.store_disk_flushes(app.store.disk_flushes());
     match app.metrics.render() {
         Ok(text) => (
             [(
@@ -145,8 +150,8 @@ async fn metrics(State(app): State<App>) -> Response {
     }
 }
 
-async fn readyz(State(app): State<App>) -> Response {
-    let r = flow::readiness(&app).await;
+async fn readyz(app: App, probe: std::sync::Arc<flow::ReadinessProbe>) -> Response {
+    let r = probe.check(&app).await;
     let status = if r.ready() {
         StatusCode::OK
     } else {

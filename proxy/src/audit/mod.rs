@@ -4,8 +4,10 @@
 
 use serde::Serialize;
 
+pub mod aggregate;
 pub mod detect;
 pub mod request_id;
+pub mod source;
 pub mod verify;
 pub mod webhook;
 
@@ -343,6 +345,22 @@ pub enum AuditEvent {
         /// Refresh families revoked.
         families: usize,
     },
+    /// Anonymous refusals of one kind from one source within one minute, counted rather than
+    /// recorded one by one (see `aggregate`): written once the minute is over.
+    AnonymousRefusals {
+        /// Start of the minute (Unix seconds).
+        minute: u64,
+        /// The client IP (IPv6: its /64), `unknown`, or `overflow` (sources that found the
+        /// in-memory table full).
+        source: String,
+        /// Where: `mcp_token`, `callback` or `registration`.
+        refused_at: &'static str,
+        /// Why (`missing`, `unknown`, `in_query`, `state_missing`, `state_unknown`,
+        /// `state_not_this_browser`, `closed`, `missing_token`, `wrong_token`).
+        reason: &'static str,
+        /// How many.
+        count: u64,
+    },
     /// A detection rule fired (see `detect`): something an operator should look at now.
     AlertRaised {
         /// Which rule.
@@ -394,6 +412,7 @@ pub const KINDS: &[&str] = &[
     "client_access_revoked",
     "sign_in_refused",
     "access_lost",
+    "anonymous_refusals",
     "alert_raised",
 ];
 
@@ -405,7 +424,15 @@ pub struct Audit {
     metrics: Metrics,
     detector: std::sync::Arc<detect::Detector>,
     webhook: Option<webhook::Webhook>,
+    refusals: std::sync::Arc<aggregate::Table>,
 }
+
+/// Where [`Audit::page`] continues (opaque).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditCursor(String);
+
+/// Events per page when the whole trail is read (export, verify).
+pub const PAGE_SIZE: usize = 500;
 
 /// A stored event.
 #[derive(Debug, Serialize, serde::Deserialize)]
@@ -435,6 +462,7 @@ impl Audit {
                 &crate::config::AlertPolicy::default(),
             )),
             webhook: None,
+            refusals: std::sync::Arc::default(),
         }
     }
 
@@ -463,6 +491,56 @@ impl Audit {
             self.write(a).await?;
         }
         Ok(())
+    }
+
+    /// Counts an anonymous refusal (see `aggregate`): a metric now, and one cell of the
+    /// per-minute table, written later by [`Audit::flush_refusals`]. Nothing is stored, so
+    /// nothing waits for the disk. The source is the current request's client IP.
+    pub fn refused(&self, refusal: aggregate::Refusal) {
+        let ip = source::current();
+        tracing::debug!(target: "audit", refused_at = refusal.at(), reason = refusal.reason(), ?ip, "anonymous refusal");
+        self.metrics
+            .anonymous_refusal(refusal.at(), refusal.reason());
+        if !self
+            .refusals
+            .count(self.clock.now().0, aggregate::Source::of(ip), refusal)
+        {
+            self.metrics.refusal_overflow();
+        }
+    }
+
+    /// Writes the counted refusals of every minute that has ended (all of them with
+    /// `everything`, at shutdown) as one `anonymous_refusals` event per (minute, source,
+    /// refusal), all under one flush. Returns how many events were written. Cells whose write
+    /// failed are put back for the next round.
+    pub async fn flush_refusals(&self, everything: bool) -> Result<usize, StoreError> {
+        let due = self.refusals.take_finished(self.clock.now().0, everything);
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let written = crate::store::batched(&self.store, async {
+            let mut due = due.into_iter();
+            let mut n = 0;
+            while let Some(c) = due.next() {
+                let event = AuditEvent::AnonymousRefusals {
+                    minute: c.minute,
+                    source: c.source.to_string(),
+                    refused_at: c.refusal.at(),
+                    reason: c.refusal.reason(),
+                    count: c.count,
+                };
+                if let Err(e) = self.write(event).await {
+                    self.refusals
+                        .restore(std::iter::once(c).chain(due).collect());
+                    return Err(e);
+                }
+                n += 1;
+            }
+            Ok(n)
+        })
+        .await;
+        // A failed final flush: what was written becomes durable with the next flush.
+        written?
     }
 
     /// Records an event on behalf of the HTTP request `request_id` (for work that outlives the
@@ -557,6 +635,33 @@ impl Audit {
             .collect())
     }
 
+    /// The next at most `limit` stored events after `cursor` (from the oldest with `None`),
+    /// oldest first, and the cursor to continue from (`None` once the trail is read): export
+    /// and verify read the whole trail this way, one page in memory at a time.
+    pub async fn page(
+        &self,
+        cursor: Option<&AuditCursor>,
+        limit: usize,
+    ) -> Result<(Vec<AuditRecord>, Option<AuditCursor>), StoreError> {
+        let rows = self
+            .store
+            .scan_page(
+                Keyspace::Audit,
+                "",
+                cursor.map(|c| c.0.as_str()),
+                limit.max(1),
+            )
+            .await?;
+        let next = (rows.len() >= limit.max(1))
+            .then(|| rows.last().map(|(k, _)| AuditCursor(k.clone())))
+            .flatten();
+        let records = rows
+            .into_iter()
+            .map(|(_, v)| crate::store::decode(Keyspace::Audit, &v.value))
+            .collect::<Result<Vec<AuditRecord>, StoreError>>()?;
+        Ok((records, next))
+    }
+
     /// All stored events, oldest first.
     pub async fn all(&self) -> Result<Vec<AuditRecord>, StoreError> {
         Ok(self
@@ -613,9 +718,10 @@ mod tests {
             E::ClientUnblocked { .. } => 32,
             E::SignInRefused { .. } => 33,
             E::AccessLost { .. } => 34,
+            E::AnonymousRefusals { .. } => 35,
         }
     }
-    const VARIANTS: usize = 35;
+    const VARIANTS: usize = 36;
 
     /// One value of every variant.
     fn samples() -> Vec<AuditEvent> {
@@ -781,6 +887,13 @@ mod tests {
                 families: 0,
                 allowance: false,
             },
+            AuditEvent::AnonymousRefusals {
+                minute: 0,
+                source: s(),
+                refused_at: "mcp_token",
+                reason: "missing",
+                count: 1,
+            },
             AuditEvent::AlertRaised {
                 alert: detect::AlertKind::WrongAudienceRate,
                 user_id: None,
@@ -828,6 +941,104 @@ mod tests {
             want,
             "export sees every event once, in order"
         );
+    }
+
+    #[tokio::test]
+    async fn anonymous_refusals_store_nothing_until_their_minute_ends_then_one_event_each() {
+        let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000 + 10));
+        let sled = std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
+        let store: SharedStore = sled.clone();
+        let audit = Audit::new(store.clone(), clock.clone(), Metrics::new());
+        let flushes = || crate::store::Store::disk_flushes(&*sled).unwrap_or_default();
+        let before = flushes();
+        for _ in 0..1000 {
+            source::scope("192.0.2.7".parse().unwrap(), async {
+                audit.refused(aggregate::Refusal::McpMissing);
+            })
+            .await;
+        }
+        source::scope("2001:db8::5".parse().unwrap(), async {
+            audit.refused(aggregate::Refusal::CallbackStateUnknown);
+        })
+        .await;
+        audit.refused(aggregate::Refusal::McpUnknown); // no request address known
+        assert!(
+            audit.all().await.unwrap().is_empty(),
+            "nothing stored per request"
+        );
+        assert_eq!(flushes(), before, "nothing flushed per request");
+        // The minute is not over: nothing is due.
+        assert_eq!(audit.flush_refusals(false).await.unwrap(), 0);
+        clock.advance(50);
+        assert_eq!(audit.flush_refusals(false).await.unwrap(), 3);
+        assert_eq!(flushes(), before + 1, "one flush for the minute's events");
+        let trail = audit.all().await.unwrap();
+        let got: Vec<(String, String, u64, u64)> = trail
+            .iter()
+            .map(|r| {
+                (
+                    r.event["source"].as_str().unwrap().to_owned(),
+                    r.event["reason"].as_str().unwrap().to_owned(),
+                    r.event["count"].as_u64().unwrap(),
+                    r.event["minute"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let m = 1_800_000_000;
+        assert_eq!(
+            got,
+            [
+                ("192.0.2.7".to_owned(), "missing".to_owned(), 1000, m),
+                ("2001:db8::/64".to_owned(), "state_unknown".to_owned(), 1, m),
+                ("unknown".to_owned(), "unknown".to_owned(), 1, m),
+            ]
+        );
+        assert!(trail.iter().all(|r| r.kind == "anonymous_refusals"));
+        // The metric moved per request.
+        let text = audit.metrics.render().unwrap();
+        assert!(
+            text.contains(
+                "mcp_proxy_rejections_total{source=\"mcp_token\",reason=\"missing\"} 1000"
+            ),
+            "{text}"
+        );
+        // Shutdown takes the current minute too.
+        audit.refused(aggregate::Refusal::RegistrationWrongToken);
+        assert_eq!(audit.flush_refusals(false).await.unwrap(), 0);
+        assert_eq!(audit.flush_refusals(true).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn paging_reads_the_whole_trail_in_order_one_page_at_a_time() {
+        let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000));
+        let store: SharedStore =
+            std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
+        let audit = Audit::new(store, clock.clone(), Metrics::new());
+        for i in 0..7 {
+            clock.advance(WINDOW_SECS / 3);
+            audit
+                .record(AuditEvent::CallbackRejected {
+                    reason: format!("r{i}"),
+                })
+                .await
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        let mut pages = 0;
+        loop {
+            let (page, next) = audit.page(cursor.as_ref(), 3).await.unwrap();
+            assert!(page.len() <= 3);
+            pages += 1;
+            seen.extend(page.into_iter().map(|r| r.event["reason"].clone()));
+            match next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        let want: Vec<serde_json::Value> = (0..7).map(|i| format!("r{i}").into()).collect();
+        assert_eq!(seen, want);
     }
 
     #[test]

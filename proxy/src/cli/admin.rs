@@ -242,6 +242,16 @@ pub fn main(args: AdminArgs) -> ExitCode {
         }
     };
     let (call, print) = plan(&args.command);
+    if matches!(print, Print::Raw) {
+        // `audit export`: copied to stdout as it arrives, never held whole.
+        return match rt.block_on(stream_to_stdout(&base, &token, call)) {
+            Ok(()) => ExitCode::from(EXIT_OK),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                ExitCode::from(EXIT_REFUSED)
+            }
+        };
+    }
     match rt.block_on(send(&base, &token, call)) {
         Ok(body) => ExitCode::from(output(&body, &print)),
         Err(msg) => {
@@ -251,16 +261,51 @@ pub fn main(args: AdminArgs) -> ExitCode {
     }
 }
 
+/// Sends `call` and copies the answer's body to stdout chunk by chunk (a long export is
+/// bounded by the time between chunks, not in total).
+async fn stream_to_stdout(base: &Url, token: &AdminToken, call: Call) -> Result<(), String> {
+    use std::io::Write;
+    let mut resp = request(base, token, call, false).await?;
+    let mut out = std::io::stdout();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| format!("the transfer broke off: {e}"))?
+    {
+        out.write_all(&chunk).map_err(|e| e.to_string())?;
+    }
+    out.flush().map_err(|e| e.to_string())
+}
+
 async fn send(base: &Url, token: &AdminToken, call: Call) -> Result<String, String> {
+    request(base, token, call, true)
+        .await?
+        .text()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Sends `call`; the response if it succeeded, else the proxy's reason. `bounded`: the whole
+/// exchange within 60 s, else only each read (a streamed export may take longer).
+async fn request(
+    base: &Url,
+    token: &AdminToken,
+    call: Call,
+    bounded: bool,
+) -> Result<reqwest::Response, String> {
     crate::install_crypto_provider();
     // No proxy from the environment: the request carries the admin token, and a proxy set
     // for other traffic (HTTP_PROXY) would see it.
-    let http = reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(60))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .connect_timeout(Duration::from_secs(60));
+    let builder = if bounded {
+        builder.timeout(Duration::from_secs(60))
+    } else {
+        builder.read_timeout(Duration::from_secs(60))
+    };
+    let http = builder.build().map_err(|e| e.to_string())?;
     let req = match call {
         Call::Get(path, query) => {
             let mut url = endpoint(base, &path)?;
@@ -278,10 +323,10 @@ async fn send(base: &Url, token: &AdminToken, call: Call) -> Result<String, Stri
         .await
         .map_err(|e| format!("cannot reach {base}: {e}"))?;
     let status = resp.status();
-    let text = resp.text().await.map_err(|e| e.to_string())?;
     if status.is_success() {
-        return Ok(text);
+        return Ok(resp);
     }
+    let text = resp.text().await.map_err(|e| e.to_string())?;
     let detail = serde_json::from_str::<Value>(&text)
         .ok()
         .and_then(|v| v["error_description"].as_str().map(str::to_owned))

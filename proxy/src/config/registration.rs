@@ -126,6 +126,18 @@ pub(super) struct RawRateLimits {
     register: RawRateLimit,
     #[serde(default)]
     token: RawRateLimit,
+    #[serde(default)]
+    revoke: RawRateLimit,
+    #[serde(default)]
+    authorize: RawRateLimit,
+    #[serde(default)]
+    callback: RawRateLimit,
+    #[serde(default)]
+    consent: RawRateLimit,
+    #[serde(default)]
+    connect: RawRateLimit,
+    #[serde(default)]
+    account: RawRateLimit,
 }
 
 fn yes() -> bool {
@@ -138,6 +150,12 @@ impl Default for RawRateLimits {
             enabled: true,
             register: RawRateLimit::default(),
             token: RawRateLimit::default(),
+            revoke: RawRateLimit::default(),
+            authorize: RawRateLimit::default(),
+            callback: RawRateLimit::default(),
+            consent: RawRateLimit::default(),
+            connect: RawRateLimit::default(),
+            account: RawRateLimit::default(),
         }
     }
 }
@@ -185,9 +203,49 @@ impl RateLimit {
         global_per_minute: 120_000,
         global_burst: 5000,
     };
+    /// `/revoke` (also a client-secret oracle): 20/s sustained per IP with a burst of 200 (a
+    /// platform revoking for its users from one egress IP), 200/s and 2000 overall. A guess
+    /// at a client secret (256 random bits) is hopeless at any rate; the limit bounds the
+    /// work.
+    pub const REVOKE: RateLimit = RateLimit {
+        per_ip_per_minute: 1200,
+        per_ip_burst: 200,
+        global_per_minute: 12_000,
+        global_burst: 2000,
+    };
+    /// `/authorize`: browsers, but many behind one NAT (an office, a carrier-grade NAT, a
+    /// platform's hosted browser): 10/s sustained per IP with a burst of 100, 500/s and 5000
+    /// overall. A valid request stores a transaction, so the global bucket bounds that.
+    pub const AUTHORIZE: RateLimit = RateLimit {
+        per_ip_per_minute: 600,
+        per_ip_burst: 100,
+        global_per_minute: 30_000,
+        global_burst: 5000,
+    };
+    /// `/callback/github`: one per sign-in, so as `/authorize`.
+    pub const CALLBACK: RateLimit = RateLimit::AUTHORIZE;
+    /// `/consent`: one form post per consent page, 5/s per IP with a burst of 60, 250/s and
+    /// 3000 overall.
+    pub const CONSENT: RateLimit = RateLimit {
+        per_ip_per_minute: 300,
+        per_ip_burst: 60,
+        global_per_minute: 15_000,
+        global_burst: 3000,
+    };
+    /// `/connect/{code}`: opened from links agents hand out, as `/consent`.
+    pub const CONNECT: RateLimit = RateLimit::CONSENT;
+    /// `POST /account/...`: a person's own clicks, 2/s per IP with a burst of 30, 100/s and
+    /// 1000 overall.
+    pub const ACCOUNT: RateLimit = RateLimit {
+        per_ip_per_minute: 120,
+        per_ip_burst: 30,
+        global_per_minute: 6000,
+        global_burst: 1000,
+    };
 }
 
-/// Rate limits on the unauthenticated JSON endpoints.
+/// Rate limits on the public endpoints (`/mcp` authenticates first and answers a stranger
+/// without storing anything; the metadata documents are static).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimits {
     /// Off only for benchmarks of the store.
@@ -196,6 +254,18 @@ pub struct RateLimits {
     pub register: RateLimit,
     /// `POST /token`.
     pub token: RateLimit,
+    /// `POST /revoke`.
+    pub revoke: RateLimit,
+    /// `GET /authorize`.
+    pub authorize: RateLimit,
+    /// `GET /callback/github`.
+    pub callback: RateLimit,
+    /// `POST /consent`.
+    pub consent: RateLimit,
+    /// `GET` and `POST /connect/{code}`.
+    pub connect: RateLimit,
+    /// `POST /account/...` (revoke, sign-out, disconnect, withdraw).
+    pub account: RateLimit,
 }
 
 impl Default for RateLimits {
@@ -204,6 +274,12 @@ impl Default for RateLimits {
             enabled: true,
             register: RateLimit::REGISTER,
             token: RateLimit::TOKEN,
+            revoke: RateLimit::REVOKE,
+            authorize: RateLimit::AUTHORIZE,
+            callback: RateLimit::CALLBACK,
+            consent: RateLimit::CONSENT,
+            connect: RateLimit::CONNECT,
+            account: RateLimit::ACCOUNT,
         }
     }
 }
@@ -423,6 +499,12 @@ pub(super) fn rate_limits(raw: &RawRateLimits, errs: &mut Vec<String>) -> RateLi
         enabled: raw.enabled,
         register: one_limit("register", &raw.register, RateLimit::REGISTER, errs),
         token: one_limit("token", &raw.token, RateLimit::TOKEN, errs),
+        revoke: one_limit("revoke", &raw.revoke, RateLimit::REVOKE, errs),
+        authorize: one_limit("authorize", &raw.authorize, RateLimit::AUTHORIZE, errs),
+        callback: one_limit("callback", &raw.callback, RateLimit::CALLBACK, errs),
+        consent: one_limit("consent", &raw.consent, RateLimit::CONSENT, errs),
+        connect: one_limit("connect", &raw.connect, RateLimit::CONNECT, errs),
+        account: one_limit("account", &raw.account, RateLimit::ACCOUNT, errs),
     }
 }
 
@@ -525,5 +607,29 @@ mod tests {
         let mut errs = Vec::new();
         rate_limits(&raw, &mut errs);
         assert!(errs.iter().any(|e| e.contains("at least 1")), "{errs:?}");
+        // Every public endpoint has a section of its own.
+        let raw: RawRateLimits = toml::from_str(
+            "[revoke]\nper_ip_burst = 7\n[authorize]\nper_ip_burst = 8\n[callback]\nper_ip_burst = 9\n[consent]\nper_ip_burst = 10\n[connect]\nper_ip_burst = 11\n[account]\nper_ip_burst = 12",
+        )
+        .unwrap();
+        let mut errs = Vec::new();
+        let l = rate_limits(&raw, &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(
+            [
+                l.revoke,
+                l.authorize,
+                l.callback,
+                l.consent,
+                l.connect,
+                l.account
+            ]
+            .map(|l| l.per_ip_burst),
+            [7, 8, 9, 10, 11, 12]
+        );
+        assert_eq!(
+            l.account.per_ip_per_minute,
+            RateLimit::ACCOUNT.per_ip_per_minute
+        );
     }
 }

@@ -475,32 +475,64 @@ pub async fn audit_tail(
     Ok(app.audit.recent(limit.min(MAX_TAIL)).await?)
 }
 
-/// Joins the stored trail (see `audit::verify`).
+/// Joins the stored trail (see `audit::verify`), reading it one page at a time: memory is
+/// bounded by one page plus what the verifier keeps, never the whole trail.
 pub async fn audit_verify(app: &App, _: &Operator) -> Result<VerifyReport, AdminError> {
-    let all = app.audit.all().await?;
-    Ok(crate::audit::verify::verify(&all))
+    let mut v = crate::audit::verify::Verifier::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = app
+            .audit
+            .page(cursor.as_ref(), crate::audit::PAGE_SIZE)
+            .await?;
+        for rec in &page {
+            v.feed(rec);
+        }
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    Ok(v.finish())
 }
 
-/// The whole stored trail as JSON lines, oldest first, one window at a time (never the whole
-/// trail in memory). A store failure mid-way ends the stream with an error, so the reader sees
-/// a broken transfer rather than a short file that looks complete.
+/// The whole stored trail as JSON lines, oldest first, one page ([`crate::audit::PAGE_SIZE`]
+/// events) at a time (never the whole trail in memory). A store failure mid-way ends the
+/// stream with an error, so the reader sees a broken transfer rather than a short file that
+/// looks complete.
 pub fn audit_export(
     app: &App,
     _: &Operator,
 ) -> impl futures_util::Stream<Item = Result<bytes::Bytes, AdminError>> + Send + 'static {
-    use futures_util::StreamExt;
+    use crate::audit::AuditCursor;
+    enum State {
+        From(Option<AuditCursor>),
+        Done,
+    }
     let audit = app.audit.clone();
-    futures_util::stream::iter(app.audit.windows()).then(move |w| {
+    futures_util::stream::unfold(State::From(None), move |state| {
         let audit = audit.clone();
         async move {
-            let mut out = Vec::new();
-            for rec in audit.window(w).await? {
-                serde_json::to_writer(&mut out, &rec).map_err(|e| {
-                    AdminError::Flow(FlowError::Store(StoreError::Backend(e.to_string())))
-                })?;
-                out.push(b'\n');
+            let State::From(cursor) = state else {
+                return None;
+            };
+            let chunk = async {
+                let (page, next) = audit.page(cursor.as_ref(), crate::audit::PAGE_SIZE).await?;
+                let mut out = Vec::new();
+                for rec in &page {
+                    serde_json::to_writer(&mut out, rec).map_err(|e| {
+                        AdminError::Flow(FlowError::Store(StoreError::Backend(e.to_string())))
+                    })?;
+                    out.push(b'\n');
+                }
+                Ok::<_, AdminError>((bytes::Bytes::from(out), next))
             }
-            Ok(bytes::Bytes::from(out))
+            .await;
+            Some(match chunk {
+                Ok((bytes, Some(next))) => (Ok(bytes), State::From(Some(next))),
+                Ok((bytes, None)) => (Ok(bytes), State::Done),
+                Err(e) => (Err(e), State::Done),
+            })
         }
     })
 }
@@ -509,7 +541,7 @@ pub fn audit_export(
 /// answers a read, and writes made so far can be made durable (on sled a flush of whatever is
 /// pending succeeds: after a failed flush, a full disk or a stopped flusher, every request
 /// that creates state would answer 500 while reads still answer).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct Readiness {
     /// Configuration loaded.
     pub config: bool,
@@ -523,6 +555,35 @@ impl Readiness {
     /// Ready to serve.
     pub fn ready(&self) -> bool {
         self.config && self.store && self.durable
+    }
+}
+
+/// How long a readiness answer is reused: whoever can reach `/readyz` (a load balancer
+/// probing every few seconds, or anyone on the admin listener's network) makes the store read
+/// and flush at most once per this many seconds.
+pub const READINESS_REUSE_SECS: u64 = 2;
+
+/// [`readiness`] at most once per [`READINESS_REUSE_SECS`]; callers meanwhile (and callers
+/// queued behind a check in progress) get the last answer.
+#[derive(Default)]
+pub struct ReadinessProbe {
+    last: tokio::sync::Mutex<Option<(crate::clock::UnixTime, Readiness)>>,
+}
+
+impl ReadinessProbe {
+    /// The readiness, checked afresh only when the last check is older than the period.
+    pub async fn check(&self, app: &App) -> Readiness {
+        let mut last = self.last.lock().await;
+        let now = app.clock.now();
+        if let Some((at, r)) = *last
+            && now.0 < at.0.saturating_add(READINESS_REUSE_SECS)
+            && now.0 >= at.0
+        {
+            return r;
+        }
+        let r = readiness(app).await;
+        *last = Some((now, r));
+        r
     }
 }
 

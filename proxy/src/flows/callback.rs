@@ -7,7 +7,7 @@ use super::codes::{self, Presence};
 use super::github_access;
 use super::{FlowError, pages};
 use crate::app::App;
-use crate::audit::AuditEvent;
+use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::admission::Admitted;
 use crate::bindings::browser_state::{self, StateError};
 use crate::bindings::issuer::{self, Response};
@@ -100,11 +100,13 @@ pub async fn github_callback(
     {
         Ok(b) => b,
         Err(e @ (StateError::Missing | StateError::Unknown | StateError::Cookie(_))) => {
-            app.audit
-                .record(AuditEvent::CallbackRejected {
-                    reason: e.to_string(),
-                })
-                .await?;
+            // Anonymous: anyone can send a bad state. Counted per source and minute
+            // (`audit::aggregate`), never one stored event per request.
+            app.audit.refused(match e {
+                StateError::Missing => aggregate::Refusal::CallbackStateMissing,
+                StateError::Unknown => aggregate::Refusal::CallbackStateUnknown,
+                _ => aggregate::Refusal::CallbackStateNotThisBrowser,
+            });
             return Err(e.into());
         }
         Err(e) => return Err(e.into()),

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use super::{FlowError, pages};
 use crate::app::App;
-use crate::audit::AuditEvent;
+use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::consent_scope;
 use crate::config::RegistrationMode;
 use crate::crypto;
@@ -261,12 +261,12 @@ pub async fn register(
 ) -> Result<Value, FlowError> {
     let policy = &app.config.registration;
     if let Err(refusal) = check_policy(&policy.mode, authorization) {
-        app.audit
-            .record(AuditEvent::RegistrationRefused {
-                reason: refusal.as_str(),
-                ip,
-            })
-            .await?;
+        // Anonymous: counted per source and minute (`audit::aggregate`), not stored one by one.
+        app.audit.refused(match refusal {
+            Refusal::Closed => aggregate::Refusal::RegistrationClosed,
+            Refusal::MissingToken => aggregate::Refusal::RegistrationMissingToken,
+            Refusal::WrongToken => aggregate::Refusal::RegistrationWrongToken,
+        });
         return Err(FlowError::RegistrationRefused(refusal));
     }
     let req: RegistrationRequest = serde_json::from_slice(body).map_err(|_| {

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 
 use crate::app::App;
-use crate::audit::AuditEvent;
+use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::audience::Audienced;
 use crate::bindings::connect_link;
 use crate::bindings::session_binding::{self, SessionChecked};
@@ -122,9 +122,24 @@ async fn reject_token(
     reason: &'static str,
     err: GatewayError,
 ) -> Result<Forwarded, GatewayError> {
-    app.audit
-        .record(AuditEvent::TokenRejected { reason })
-        .await?;
+    // No token of ours (none, one we never issued, one in the query string): anonymous,
+    // counted per source and minute (`audit::aggregate`) and never stored one by one. A token
+    // we did issue (wrong audience, expired, revoked, short of scope, its person gone) is an
+    // individual event: an investigation needs each of those.
+    let anonymous = match &err {
+        GatewayError::NoToken => Some(aggregate::Refusal::McpMissing),
+        GatewayError::TokenInQuery => Some(aggregate::Refusal::McpInQuery),
+        GatewayError::InvalidToken(TokenRejection::Unknown) => Some(aggregate::Refusal::McpUnknown),
+        _ => None,
+    };
+    match anonymous {
+        Some(r) => app.audit.refused(r),
+        None => {
+            app.audit
+                .record(AuditEvent::TokenRejected { reason })
+                .await?;
+        }
+    }
     Err(err)
 }
 

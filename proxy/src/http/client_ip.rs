@@ -91,11 +91,13 @@ pub async fn layer(State(app): State<App>, mut req: Request, next: Next) -> Resp
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(a)| a.ip());
-    if let Some(peer) = peer {
-        let ip = resolve(peer, req.headers(), &app.config.trusted_proxies);
-        req.extensions_mut().insert(ClientIp(ip));
-    }
-    next.run(req).await
+    let Some(peer) = peer else {
+        return next.run(req).await;
+    };
+    let ip = resolve(peer, req.headers(), &app.config.trusted_proxies);
+    req.extensions_mut().insert(ClientIp(ip));
+    // Anonymous refusals are counted under it (`audit::aggregate`).
+    crate::audit::source::scope(ip, next.run(req)).await
 }
 
 #[cfg(test)]

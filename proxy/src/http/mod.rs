@@ -25,6 +25,7 @@ use http::{HeaderName, Method, header};
 use tower_http::cors::{AllowHeaders, AllowOrigin, Any, CorsLayer};
 
 use crate::app::App;
+use crate::limits::Endpoint;
 
 /// Largest request body accepted anywhere (registration, forms).
 const MAX_BODY: usize = 64 * 1024;
@@ -33,6 +34,15 @@ const MAX_MCP_BODY: usize = 4 * 1024 * 1024;
 
 /// The proxy's routes.
 pub fn router(app: App) -> Router {
+    // An endpoint's per-IP and global rate limits (`rate_limit::limit`).
+    macro_rules! limited {
+        ($endpoint:ident) => {
+            axum::middleware::from_fn_with_state(
+                (app.clone(), Endpoint::$endpoint),
+                rate_limit::limit,
+            )
+        };
+    }
     // CORS only where browser-based clients need it, never on /authorize (RFC 9700 §2.6).
     let cors = CorsLayer::new()
         .allow_origin(Any)
@@ -71,24 +81,44 @@ pub fn router(app: App) -> Router {
                 rate_limit::token,
             )),
         )
-        .route("/revoke", post(api::revoke))
+        .route("/revoke", post(api::revoke).layer(limited!(Revoke)))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             durable::batch,
         ))
         .layer(cors);
     let browser = Router::new()
-        .route("/authorize", get(browser::authorize))
-        .route("/consent", post(browser::consent))
-        .route("/callback/github", get(browser::callback))
+        .route(
+            "/authorize",
+            get(browser::authorize).layer(limited!(Authorize)),
+        )
+        .route("/consent", post(browser::consent).layer(limited!(Consent)))
+        .route(
+            "/callback/github",
+            get(browser::callback).layer(limited!(Callback)),
+        )
         .route("/account", get(browser::account))
-        .route("/account/revoke", post(browser::account_revoke))
-        .route("/account/sign-out", post(browser::account_sign_out))
-        .route("/account/disconnect", post(browser::account_disconnect))
-        .route("/account/withdraw", post(browser::account_withdraw))
+        .route(
+            "/account/revoke",
+            post(browser::account_revoke).layer(limited!(Account)),
+        )
+        .route(
+            "/account/sign-out",
+            post(browser::account_sign_out).layer(limited!(Account)),
+        )
+        .route(
+            "/account/disconnect",
+            post(browser::account_disconnect).layer(limited!(Account)),
+        )
+        .route(
+            "/account/withdraw",
+            post(browser::account_withdraw).layer(limited!(Account)),
+        )
         .route(
             "/connect/{code}",
-            get(browser::connect_show).post(browser::connect_act),
+            get(browser::connect_show)
+                .post(browser::connect_act)
+                .layer(limited!(Connect)),
         )
         .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet))
         // /mcp is not batched: its only usual write is the call's audit event, made while the

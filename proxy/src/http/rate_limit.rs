@@ -1,5 +1,6 @@
-//! Rate limiting of `POST /register` and `POST /token`, before the handler runs, so a refused
-//! request changes no state. The decision is `limits::Limits`; the response is
+//! Rate limiting of the public endpoints (`/register`, `/token`, `/revoke`, `/authorize`,
+//! `/callback/github`, `/consent`, `/connect/{code}`, the account forms), before the handler
+//! runs, so a refused request changes no state and writes nothing. The decision is `limits::Limits`; the response is
 //! `error::rate_limited`. Refusals are counted in metrics and logged at debug only: a flood
 //! would otherwise flood the log too.
 
@@ -48,6 +49,23 @@ pub async fn token(State(app): State<App>, req: Request, next: Next) -> Response
         Err(r) => {
             tracing::debug!(endpoint = "token", ?ip, bucket = ?r.bucket, "rate limited");
             refused(&app, Endpoint::Token, &r)
+        }
+    }
+}
+
+/// Middleware for any other limited endpoint (`/revoke`, the browser endpoints): its
+/// per-IP and global buckets, the same 429 as `/token`.
+pub async fn limit(
+    State((app, endpoint)): State<(App, Endpoint)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let ip = req.extensions().get::<ClientIp>().map(|c| c.0);
+    match app.limits.check(endpoint, ip) {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            tracing::debug!(endpoint = endpoint.name(), ?ip, bucket = ?r.bucket, "rate limited");
+            refused(&app, endpoint, &r)
         }
     }
 }

@@ -15,6 +15,7 @@ pub(crate) async fn run(store: Arc<dyn Store>, clock: Arc<ManualClock>) {
     compare_and_swap_fails_on_a_changed_record(store.clone()).await;
     compare_and_swap_races_have_one_winner(store.clone()).await;
     scan_prefix_is_exact_and_ordered(store.clone()).await;
+    scan_page_pages_in_order_within_the_prefix(store.clone(), clock.clone()).await;
     sweep_removes_only_expired(store.clone(), clock.clone()).await;
 }
 
@@ -187,6 +188,50 @@ async fn scan_prefix_is_exact_and_ordered(s: Arc<dyn Store>) {
             .unwrap()
             .is_empty(),
         "keyspaces are separate"
+    );
+}
+
+async fn scan_page_pages_in_order_within_the_prefix(s: Arc<dyn Store>, clock: Arc<ManualClock>) {
+    let soon = Some(crate::clock::Clock::now(&*clock).plus(5));
+    for (k, exp) in [
+        ("page|3", None),
+        ("page|1", None),
+        ("page|2", soon),
+        ("page|4", None),
+        ("page_x", None),
+        ("pagf|1", None),
+    ] {
+        s.put(Keyspace::Transactions, k, vec![1], exp)
+            .await
+            .unwrap();
+    }
+    let keys = |rows: Vec<(String, Versioned)>| -> Vec<String> {
+        rows.into_iter().map(|(k, _)| k).collect()
+    };
+    let p1 = s
+        .scan_page(Keyspace::Transactions, "page|", None, 2)
+        .await
+        .unwrap();
+    assert_eq!(keys(p1), ["page|1", "page|2"]);
+    let p2 = s
+        .scan_page(Keyspace::Transactions, "page|", Some("page|2"), 2)
+        .await
+        .unwrap();
+    assert_eq!(keys(p2), ["page|3", "page|4"], "after is exclusive");
+    let p3 = s
+        .scan_page(Keyspace::Transactions, "page|", Some("page|4"), 2)
+        .await
+        .unwrap();
+    assert!(p3.is_empty(), "the prefix ends; `_` is literal");
+    clock.advance(10);
+    let live = s
+        .scan_page(Keyspace::Transactions, "page|", None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(live),
+        ["page|1", "page|3", "page|4"],
+        "expired records skipped"
     );
 }
 

@@ -83,11 +83,27 @@ impl Store for MeteredStore {
     ) -> Result<Vec<(String, Versioned)>, StoreError> {
         timed!(self, "scan_prefix", self.inner.scan_prefix(ks, prefix))
     }
+    async fn scan_page(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Versioned)>, StoreError> {
+        timed!(
+            self,
+            "scan_page",
+            self.inner.scan_page(ks, prefix, after, limit)
+        )
+    }
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
         timed!(self, "sweep_expired", self.inner.sweep_expired())
     }
     async fn flush(&self) -> Result<(), StoreError> {
         timed!(self, "flush", self.inner.flush())
+    }
+    fn disk_flushes(&self) -> Option<u64> {
+        self.inner.disk_flushes()
     }
 }
 

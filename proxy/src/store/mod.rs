@@ -202,10 +202,30 @@ pub trait Store: Send + Sync + 'static {
         ks: Keyspace,
         prefix: &str,
     ) -> Result<Vec<(String, Versioned)>, StoreError>;
+    /// At most `limit` live records whose key starts with `prefix` and sorts after `after`
+    /// (from the first with `None`), in key order: pages through a keyspace in bounded
+    /// memory. The default reads the whole prefix and cuts it; the stores override it.
+    async fn scan_page(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Versioned)>, StoreError> {
+        let mut rows = self.scan_prefix(ks, prefix).await?;
+        rows.retain(|(k, _)| after.is_none_or(|a| k.as_str() > a));
+        rows.truncate(limit);
+        Ok(rows)
+    }
     /// Deletes expired records; returns how many.
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
     /// Makes all writes so far durable.
     async fn flush(&self) -> Result<(), StoreError>;
+    /// Flushes to disk made so far (sled: fsyncs of its log), for a backend that flushes
+    /// itself; `None` where every statement commits on its own (PostgreSQL).
+    fn disk_flushes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Shared store handle.
@@ -221,6 +241,8 @@ struct Batch {
     after: std::sync::Mutex<Vec<AfterDurable>>,
     /// Set once the request's final flush has run; writes after that flush by themselves.
     closed: AtomicBool,
+    /// Whether the request wrote anything (a store asked [`write_is_batched`] for a write).
+    wrote: AtomicBool,
 }
 
 tokio::task_local! {
@@ -229,9 +251,17 @@ tokio::task_local! {
 
 /// Whether a write made now may skip its own flush because the surrounding [`batched`] call
 /// flushes before the response leaves (store implementations; also counted by the bench).
+/// Asked once per write the store made: a `true` answer also notes that the request wrote,
+/// so its final flush is owed.
 pub fn write_is_batched() -> bool {
     BATCH
-        .try_with(|b| !b.closed.load(Ordering::Acquire))
+        .try_with(|b| {
+            let open = !b.closed.load(Ordering::Acquire);
+            if open {
+                b.wrote.store(true, Ordering::Release);
+            }
+            open
+        })
         .unwrap_or(false)
 }
 
@@ -266,21 +296,31 @@ pub fn after_durable(f: impl FnOnce() + Send + 'static) {
 /// flush per write. A store with nothing unflushed answers the flush at once. The flush and
 /// the queued [`after_durable`] work run on a task of their own, so dropping this future (the
 /// client hung up) does not stop them.
+///
+/// A request that wrote nothing does not wait for a flush at all: it created, consumed or
+/// revoked nothing, so it has nothing to make durable, and a refusal (an unknown state, a
+/// missing token) answers without queueing behind other requests' flushes. What it may have
+/// read of another request's unflushed writes is still withheld from that other request's
+/// own caller until its flush.
 pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, StoreError> {
     BATCH
         .scope(Batch::default(), async {
             let out = f.await;
-            let after = BATCH
+            let (wrote, after) = BATCH
                 .try_with(|b| {
                     b.closed.store(true, Ordering::Release);
-                    std::mem::take(
+                    let after = std::mem::take(
                         &mut *b
                             .after
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner),
-                    )
+                    );
+                    (b.wrote.load(Ordering::Acquire), after)
                 })
                 .unwrap_or_default();
+            if !wrote && after.is_empty() {
+                return Ok(out);
+            }
             // The flush and what waits on it run on their own task: a client that goes away
             // cancels this request here, but the work it already wrote still becomes durable
             // and its webhook offers (alerts included) still go out.

@@ -337,6 +337,43 @@ impl Store for PgStore {
             .collect())
     }
 
+    async fn scan_page(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Versioned)>, StoreError> {
+        let pattern = format!(
+            "{}%",
+            prefix
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .conn()
+            .await?
+            .query(
+                "SELECT key, value, expires_at FROM mop_kv WHERE keyspace = $1 AND key LIKE $2 \
+                 AND key > $3 AND (expires_at IS NULL OR expires_at > $4) ORDER BY key LIMIT $5",
+                &[
+                    &ks.name(),
+                    &pattern,
+                    &after.unwrap_or(""),
+                    &now_i64(&self.clock),
+                    &limit,
+                ],
+            )
+            .await
+            .map_err(backend)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get(0), versioned(r.get(1), r.get(2))))
+            .collect())
+    }
+
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
         self.conn()
             .await?

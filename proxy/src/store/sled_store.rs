@@ -35,6 +35,8 @@ pub struct SledStore {
 struct Marks {
     written: AtomicU64,
     flushed: AtomicU64,
+    /// sled `flush()` calls made (each an fsync of the log): `mcp_proxy_store_disk_flushes`.
+    disk_flushes: AtomicU64,
 }
 
 type Waiter = tokio::sync::oneshot::Sender<Result<(), String>>;
@@ -54,6 +56,7 @@ fn run_flusher(db: sled::Db, marks: Arc<Marks>, rx: std::sync::mpsc::Receiver<Wa
         // Every write counted here finished before the flush begins, so the flush covers it.
         let covered = marks.written.load(Ordering::Acquire);
         let result = db.flush().map(|_| ()).map_err(|e| e.to_string());
+        marks.disk_flushes.fetch_add(1, Ordering::AcqRel);
         if result.is_ok() {
             marks.flushed.fetch_max(covered, Ordering::AcqRel);
         }
@@ -271,6 +274,37 @@ impl Store for SledStore {
         Ok(out)
     }
 
+    async fn scan_page(
+        &self,
+        ks: Keyspace,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Versioned)>, StoreError> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.as_bytes().to_vec()),
+            _ => Bound::Included(prefix.as_bytes().to_vec()),
+        };
+        let mut out = Vec::new();
+        for item in self
+            .tree(ks)?
+            .range::<Vec<u8>, _>((start, Bound::Unbounded))
+        {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, raw) = item.map_err(backend)?;
+            if !k.starts_with(prefix.as_bytes()) {
+                break;
+            }
+            if let (Ok(k), Some(v)) = (String::from_utf8(k.to_vec()), self.live(&raw)) {
+                out.push((k, v));
+            }
+        }
+        Ok(out)
+    }
+
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
         let now = self.clock.now();
         let mut n = 0;
@@ -299,6 +333,10 @@ impl Store for SledStore {
 
     async fn flush(&self) -> Result<(), StoreError> {
         self.flush_now().await
+    }
+
+    fn disk_flushes(&self) -> Option<u64> {
+        Some(self.marks.disk_flushes.load(Ordering::Acquire))
     }
 }
 
@@ -344,6 +382,53 @@ mod tests {
         let clock = ManualClock::new(UnixTime(1_000));
         let store = std::sync::Arc::new(SledStore::temporary(clock.clone()).unwrap());
         crate::store::conformance::run(store, clock).await;
+    }
+
+    #[tokio::test]
+    async fn a_batched_request_that_wrote_nothing_waits_for_no_flush() {
+        let clock = ManualClock::new(UnixTime(1_000));
+        let s = std::sync::Arc::new(SledStore::temporary(clock).unwrap());
+        let shared: crate::store::SharedStore = s.clone();
+        // Another request's write is pending (batched, not yet flushed).
+        let s2 = s.clone();
+        let (wrote_tx, wrote_rx) = tokio::sync::oneshot::channel();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let shared2 = shared.clone();
+        let other = tokio::spawn(async move {
+            crate::store::batched(&shared2, async move {
+                s2.put(Keyspace::Clients, "k", vec![1], None).await.unwrap();
+                let _ = wrote_tx.send(());
+                let _ = go_rx.await;
+            })
+            .await
+        });
+        wrote_rx.await.unwrap();
+        let before = s.disk_flushes().unwrap();
+        // A refusal: reads, writes nothing, answers without a flush.
+        let read = crate::store::batched(&shared, async {
+            s.get(Keyspace::Clients, "nope").await.unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(read.is_none());
+        assert_eq!(
+            s.disk_flushes().unwrap(),
+            before,
+            "no flush for nothing written"
+        );
+        // A take of nothing is no write either.
+        crate::store::batched(&shared, async {
+            assert!(s.take(Keyspace::Codes, "nope").await.unwrap().is_none());
+        })
+        .await
+        .unwrap();
+        assert_eq!(s.disk_flushes().unwrap(), before);
+        // The writer still gets its flush.
+        let _ = go_tx.send(());
+        other.await.unwrap().unwrap();
+        assert_eq!(s.disk_flushes().unwrap(), before + 1);
+        let page = s.scan_page(Keyspace::Clients, "", None, 10).await.unwrap();
+        assert_eq!(page.len(), 1);
     }
 
     /// sled 0.34.7's `flush_async` hangs once about seven flushes wait at once; group commit
