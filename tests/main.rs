@@ -8,6 +8,12 @@
 mod crash;
 mod support;
 
+/// The stranger's side of the edge: what a client, a browser or a scanner can try without
+/// credentials (issue 15).
+mod abuse {
+    mod clients;
+}
+
 /// Audit trail, detection alerts, the webhook sink and `audit verify` (issue 6).
 mod audit {
     mod detection;
@@ -39,10 +45,10 @@ mod bindings {
 /// warnings.
 mod clients {
     mod budget;
-    mod cimd;
+    pub mod cimd;
     pub mod doc_server;
     mod preregistered;
-    mod ssrf;
+    pub mod ssrf;
     mod warnings;
 }
 
