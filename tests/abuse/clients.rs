@@ -6,7 +6,9 @@
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

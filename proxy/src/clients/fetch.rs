@@ -291,7 +291,8 @@ impl Fetcher {
         }
         // Everyone's budget only for a fetch that will really be made; a known URL falls back
         // to the reserve when it is spent.
-        if !reserved && !self.take_token(now) && !(known && self.take_reserve(url, now)) {
+        let budgeted = reserved || self.take_token(now) || (known && self.take_reserve(url, now));
+        if !budgeted {
             return Err(FetchError::RateLimited);
         }
         let mut builder = reqwest::Client::builder()
