@@ -8,10 +8,11 @@
 mod crash;
 mod support;
 
-/// The stranger's suite (issue 15): what anonymous traffic can cost and the edge's side doors,
-/// against the real binary and in process.
+/// The stranger's suite (issue 15): what anonymous traffic can cost, the edge's side doors and
+/// how clients are shown, against the real binary and in process.
 mod abuse {
     mod anonymous;
+    mod clients;
     mod rate_limits;
     mod sessions;
 }
@@ -47,10 +48,10 @@ mod bindings {
 /// warnings.
 mod clients {
     mod budget;
-    mod cimd;
+    pub mod cimd;
     pub mod doc_server;
     mod preregistered;
-    mod ssrf;
+    pub mod ssrf;
     mod warnings;
 }
 

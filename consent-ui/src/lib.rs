@@ -92,8 +92,11 @@ pub struct ConsentPage {
     pub client_id_host: Option<String>,
     /// The exact redirect URI, shown in full.
     pub redirect_uri: String,
-    /// The host of `redirect_uri`, shown prominently.
+    /// The host of `redirect_uri`, shown prominently (unless `redirect_app_scheme` is set).
     pub redirect_host: String,
+    /// For a private-use-scheme redirect (`claude.ai:/cb`): the scheme, `claude.ai`. The page
+    /// then says "an app on this device (scheme `claude.ai:`)", never a host.
+    pub redirect_app_scheme: Option<String>,
     /// Pre-formatted, e.g. "registered 3 minutes ago".
     pub registered_ago: String,
     /// The GitHub access requested.
@@ -168,6 +171,7 @@ impl fmt::Debug for ConsentPage {
             .field("client_id_host", &self.client_id_host)
             .field("redirect_uri", &self.redirect_uri)
             .field("redirect_host", &self.redirect_host)
+            .field("redirect_app_scheme", &self.redirect_app_scheme)
             .field("registered_ago", &self.registered_ago)
             .field("scopes", &self.scopes)
             .field("warnings", &self.warnings)
@@ -230,8 +234,10 @@ pub struct ConsentRow {
     pub client_verified: bool,
     /// Also sent back by the row's revoke form.
     pub client_id: String,
-    /// Shown prominently.
+    /// Shown prominently (unless `redirect_app_scheme` is set).
     pub redirect_host: String,
+    /// For a private-use-scheme redirect: the scheme, shown as an app on this device.
+    pub redirect_app_scheme: Option<String>,
     /// The exact redirect URI, shown in full.
     pub redirect_uri: String,
     /// Pre-formatted, e.g. "read:user, repo".
@@ -342,6 +348,7 @@ mod tests {
             client_id_host: None,
             redirect_uri: "http://127.0.0.1:33418/callback".to_owned(),
             redirect_host: "127.0.0.1".to_owned(),
+            redirect_app_scheme: None,
             registered_ago: "registered 3 minutes ago".to_owned(),
             scopes: vec![
                 ScopeView {
@@ -386,6 +393,7 @@ mod tests {
             client_verified: false,
             client_id: id.to_owned(),
             redirect_host: "app.example".to_owned(),
+            redirect_app_scheme: None,
             redirect_uri: "https://app.example/oauth/callback".to_owned(),
             scopes: "read:user, repo".to_owned(),
             approved: "approved 2 days ago".to_owned(),
@@ -852,5 +860,32 @@ mod tests {
         assert!(STYLESHEET.contains(".warning"));
         assert!(!STYLESHEET.contains("@import"));
         assert!(!STYLESHEET.contains("url("));
+    }
+
+    #[test]
+    fn private_use_scheme_destination_is_an_app_on_this_device_never_a_host() {
+        let mut page = consent_page();
+        page.redirect_uri = "claude.ai:/cb".to_owned();
+        page.redirect_host = "scheme:claude.ai".to_owned();
+        page.redirect_app_scheme = Some("claude.ai".to_owned());
+        let html = page.render().unwrap();
+        assert!(html.contains(
+            r#"sent to <strong class="host">an app on this device</strong> (scheme <code class="mono">claude.ai:</code>)"#
+        ));
+        assert!(!html.contains(r#"<strong class="host">claude.ai</strong>"#));
+        assert!(!html.contains("scheme:claude.ai"));
+        assert!(
+            html.contains("claude.ai:/cb"),
+            "the full address is still shown"
+        );
+
+        let mut r = row("Desk App", "c1");
+        r.redirect_uri = "com.example.desk:/cb".to_owned();
+        r.redirect_host = "scheme:com.example.desk".to_owned();
+        r.redirect_app_scheme = Some("com.example.desk".to_owned());
+        let html = account_page(vec![r]).render().unwrap();
+        assert!(html.contains(
+            r#"Sends authorizations to <strong class="host">an app on this device</strong> (scheme <code class="mono">com.example.desk:</code>)"#
+        ));
     }
 }

@@ -677,13 +677,42 @@ fn assert_safe_redirect(uri: &str) -> Result<(), TestCaseError> {
         uri
     );
     match url.scheme() {
-        "http" => prop_assert!(
-            is_loopback(url.host()),
-            "plain http off loopback: {:?}",
-            uri
-        ),
+        "http" => {
+            prop_assert!(
+                is_loopback(url.host()),
+                "plain http off loopback: {:?}",
+                uri
+            );
+            // Canonical spelling and a real port, in the raw text that is stored and matched.
+            let authority = &uri["http://".len()..];
+            let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((h, p)) if !authority.ends_with(']') => (h, Some(p)),
+                _ => (authority, None),
+            };
+            prop_assert!(
+                ["127.0.0.1", "[::1]", "localhost"].contains(&host),
+                "non-canonical loopback host in {:?}",
+                uri
+            );
+            if let Some(p) = port {
+                prop_assert!(
+                    !p.starts_with('0') && p.parse::<u16>().is_ok_and(|n| n > 0),
+                    "bad port in {:?}",
+                    uri
+                );
+            }
+        }
         "https" => prop_assert!(url.host_str().is_some_and(|h| !h.is_empty())),
-        _ => {}
+        _ => {
+            // A private-use scheme is a reverse domain name (RFC 8252 §7.1).
+            let raw = uri.split(':').next().unwrap_or_default();
+            prop_assert!(
+                raw.contains('.') && !raw.starts_with('.') && !raw.ends_with('.'),
+                "not reverse-domain: {:?}",
+                uri
+            );
+        }
     }
     Ok(())
 }
@@ -787,7 +816,7 @@ fn uri_like() -> BoxedStrategy<String> {
 fn loopback_parts() -> impl Strategy<Value = (&'static str, Option<u16>, String, String)> {
     (
         select(vec!["127.0.0.1", "[::1]", "localhost"]),
-        prop::option::of(any::<u16>()),
+        prop::option::of(1u16..),
         "(/[a-z0-9._~%-]{0,5}){0,3}",
         prop::option::of("[a-z0-9=&]{0,6}")
             .prop_map(|q| q.map(|q| format!("?{q}")).unwrap_or_default()),
@@ -833,7 +862,7 @@ proptest! {
         let _ = match_redirect(&ClientId::new("c"), &reg, Some("http://127.0.0.1:1/cb"));
         let _ = match_redirect(&ClientId::new("c"), &["http://127.0.0.1/cb".to_owned()], Some(&uri));
         if let Ok(m) = match_redirect(&ClientId::new("c"), &reg, None) {
-            let _ = (m.host(), m.is_loopback(), m.registered(), m.uri());
+            let _ = (m.destination_key(), m.is_loopback(), m.registered(), m.uri(), m.explicit());
         }
     }
 
@@ -902,11 +931,30 @@ proptest! {
         other_port in prop::option::of(any::<u16>()),
     ) {
         let reg = format!("http://{host}{}{path}{query}", port_text(port));
-        let req = format!("http://{host}{}{path}{query}", port_text(other_port));
+        let req = format!("http://{host}{}{path}{query}", port_text(other_port.filter(|p| *p != 0)));
         let m = match_redirect(&ClientId::new("c"), std::slice::from_ref(&reg), Some(&req)).unwrap();
         prop_assert_eq!(m.uri(), req.as_str());
         prop_assert_eq!(m.registered(), reg.as_str());
         prop_assert!(m.is_loopback());
+    }
+
+    #[test]
+    fn loopback_redirect_never_matches_a_port_outside_1_to_65535(
+        (host, port, path, query) in loopback_parts(),
+        bad in prop_oneof![
+            Just("0".to_owned()),
+            (65_536u32..1_000_000).prop_map(|p| p.to_string()),
+            (1u16..).prop_map(|p| format!("0{p}")),
+            Just(String::new()),
+        ],
+    ) {
+        let reg = format!("http://{host}{}{path}{query}", port_text(port));
+        let req = format!("http://{host}:{bad}{path}{query}");
+        prop_assert_eq!(
+            match_redirect(&ClientId::new("c"), &[reg], Some(&req)),
+            Err(RedirectError::Mismatch)
+        );
+        prop_assert!(validate_for_registration(&req).is_err(), "registered {:?}", req);
     }
 
     #[test]

@@ -49,6 +49,7 @@ async fn code_without_consent_is_refused_and_raises_the_confused_deputy_alert() 
     let rec = CodeRecord {
         client_id: ClientId::new(c.id.clone()),
         redirect_uri: c.redirect_uri.clone(),
+        redirect_uri_explicit: true,
         code_challenge: CodeChallenge::parse(Some(&pkce.challenge), Some("S256")).unwrap(),
         resource: proxy.url("/mcp"),
         scopes: ScopeSet::from_list(["read:user"]),

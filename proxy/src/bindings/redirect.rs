@@ -3,8 +3,14 @@
 //! byte for byte. The one exception (OAuth 2.1 §"Loopback Interface Redirection", RFC 8252
 //! §7.3): for `http` URIs on `127.0.0.1`, `[::1]` or `localhost` the port may differ,
 //! everything else (scheme, host spelling, path, query) must still match exactly.
+//!
+//! This module holds the one definition of a loopback host (the exact spellings `127.0.0.1`,
+//! `[::1]` and `localhost`, [`is_loopback_host`]; configuration uses it too), of a loopback
+//! redirect (one of those spellings with no port or a port in 1–65535 written without
+//! leading zeros), and of what a redirect is shown as and keyed by ([`Destination`]): a
+//! private-use scheme such as `claude.ai:/cb` is an app on the person's device named by its
+//! scheme, never a host, so it can never borrow the approvals of the web host `claude.ai`.
 
-use crate::config::is_loopback_host;
 use crate::ids::ClientId;
 
 /// Why a redirect URI was refused.
@@ -18,6 +24,13 @@ pub enum RedirectError {
     DangerousScheme,
     /// `http` on a non-loopback host.
     PlainHttp,
+    /// `http` on a loopback address spelled other than `127.0.0.1`, `[::1]` or `localhost`
+    /// (`127.1`, `0x7f000001`, `LOCALHOST`, `[0:0:0:0:0:0:0:1]`, …).
+    LoopbackSpelling,
+    /// A port outside 1–65535, or written with leading zeros.
+    BadPort,
+    /// A private-use scheme that is not a reverse domain name (RFC 8252 §7.1).
+    NotReverseDomainScheme,
     /// User info in the authority (`https://good@evil`).
     UserInfo,
     /// Too long.
@@ -39,6 +52,13 @@ impl RedirectError {
             RedirectError::DangerousScheme => "redirect_uri scheme is not allowed",
             RedirectError::PlainHttp => {
                 "redirect_uri must use https (http only on a loopback host)"
+            }
+            RedirectError::LoopbackSpelling => {
+                "loopback redirect_uri must spell its host 127.0.0.1, [::1] or localhost"
+            }
+            RedirectError::BadPort => "redirect_uri port must be a number from 1 to 65535",
+            RedirectError::NotReverseDomainScheme => {
+                "a private-use redirect_uri scheme must be a reverse domain name, e.g. com.example.app (RFC 8252 section 7.1)"
             }
             RedirectError::UserInfo => "redirect_uri must not contain user info",
             RedirectError::TooLong => "redirect_uri is too long",
@@ -76,7 +96,8 @@ const DANGEROUS: &[&str] = &[
 ];
 
 /// Validates a redirect URI at registration: `https` with a host; `http` only on a loopback
-/// host; or a private-use scheme for native apps (RFC 8252 §7.1). Never a dangerous scheme,
+/// host spelled canonically with a port in 1–65535 (RFC 8252 §7.3); or a private-use scheme
+/// that is a reverse domain name, for native apps (RFC 8252 §7.1). Never a dangerous scheme,
 /// never a fragment or user info.
 pub fn validate_for_registration(uri: &str) -> Result<(), RedirectError> {
     if uri.len() > MAX_LEN {
@@ -85,7 +106,13 @@ pub fn validate_for_registration(uri: &str) -> Result<(), RedirectError> {
     if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(RedirectError::BadCharacters);
     }
-    let url = url::Url::parse(uri).map_err(|_| RedirectError::NotAbsolute)?;
+    let url = url::Url::parse(uri).map_err(|_| {
+        // `http://127.0.0.1:99999/cb` does not even parse: say why.
+        match loopback_authority(uri) {
+            Some((host, Some(_))) if is_loopback_host(host) => RedirectError::BadPort,
+            _ => RedirectError::NotAbsolute,
+        }
+    })?;
     if uri.contains('#') {
         return Err(RedirectError::Fragment);
     }
@@ -103,19 +130,125 @@ pub fn validate_for_registration(uri: &str) -> Result<(), RedirectError> {
             }
         }
         "http" => {
-            if !is_loopback_host(url.host_str().unwrap_or_default()) {
-                return Err(RedirectError::PlainHttp);
+            // The parsed host is normalised (`127.1` becomes `127.0.0.1`); the raw text is
+            // what is stored and matched, so that is what must be canonical.
+            let parsed_loopback = match url.host() {
+                Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => {
+                    ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+                }
+                None => false,
+            };
+            if split_loopback(uri).is_none() {
+                return Err(match loopback_authority(uri) {
+                    Some((host, _)) if is_loopback_host(host) => RedirectError::BadPort,
+                    _ if parsed_loopback => RedirectError::LoopbackSpelling,
+                    _ => RedirectError::PlainHttp,
+                });
             }
         }
-        // Private-use scheme of a native app: must carry a path, e.g. `com.example.app:/cb`
-        // or `cursor://anysphere.cursor-retrieval/oauth/callback`.
+        // Private-use scheme of a native app: a reverse domain name (RFC 8252 §7.1) carrying
+        // a path, e.g. `com.example.app:/cb`.
         _ => {
+            if !is_reverse_domain_scheme(&uri[..scheme.len()]) {
+                return Err(RedirectError::NotReverseDomainScheme);
+            }
             if url.cannot_be_a_base() && !uri[scheme.len() + 1..].starts_with('/') {
                 return Err(RedirectError::NotAbsolute);
             }
         }
     }
     Ok(())
+}
+
+/// The one definition of a loopback host name: exactly `127.0.0.1`, `[::1]` or `localhost`
+/// (OAuth 2.1 §"Loopback Interface Redirection", RFC 8252 §7.3 and §8.3). Other spellings
+/// of a loopback address (`127.1`, `0x7f000001`, `127.0.0.2`, `[0:0:0:0:0:0:0:1]`,
+/// `LOCALHOST`) are not loopback here. Configuration checks a parsed URL's normalised
+/// `host_str()` with it, redirect URIs their raw text.
+pub fn is_loopback_host(host: &str) -> bool {
+    matches!(host, "127.0.0.1" | "[::1]" | "localhost")
+}
+
+/// Whether a private-use URI scheme is a reverse domain name as RFC 8252 §7.1 requires
+/// (`com.example.app`): at least two dot-separated labels of lower-case letters, digits and
+/// hyphens, none empty, none starting or ending with a hyphen, the first (the top-level
+/// domain) starting with a letter. A scheme without a dot (`myapp`, `cursor`) is refused.
+/// Whether the domain is really the app's cannot be known here; the consent page says it is
+/// an app on the person's device and names the scheme.
+pub fn is_reverse_domain_scheme(scheme: &str) -> bool {
+    let labels: Vec<&str> = scheme.split('.').collect();
+    labels.len() >= 2
+        && scheme.len() <= 253
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+        && labels[0].starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// Where a redirect URI sends the authorization, as the consent page shows it and as
+/// approvals are keyed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// An `https` site: its host.
+    Site(String),
+    /// A program on the person's machine listening on loopback: the loopback host.
+    Loopback(String),
+    /// An app on the person's device that claimed a private-use scheme (`claude.ai` for
+    /// `claude.ai:/cb`). Any local program can claim a scheme; it is never a host.
+    App(String),
+}
+
+impl Destination {
+    /// What approvals ("a destination new to this server"), the audit trail and alerts key
+    /// on: the host, or `scheme:<scheme>` for an app, so the scheme `claude.ai:` never shares
+    /// the approvals of the site `claude.ai`.
+    pub fn key(&self) -> String {
+        match self {
+            Destination::Site(h) | Destination::Loopback(h) => h.clone(),
+            Destination::App(s) => format!("scheme:{s}"),
+        }
+    }
+    /// Whether the authorization stays on the person's own machine (loopback or an app).
+    pub fn is_on_this_device(&self) -> bool {
+        !matches!(self, Destination::Site(_))
+    }
+    /// The private-use scheme, for an app.
+    pub fn app_scheme(&self) -> Option<&str> {
+        match self {
+            Destination::App(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Where `uri` (a registered or matched redirect URI) sends the authorization.
+pub fn destination(uri: &str) -> Destination {
+    if let Some((prefix, _)) = split_loopback(uri) {
+        return Destination::Loopback(prefix["http://".len()..].to_owned());
+    }
+    let scheme = uri.split(':').next().unwrap_or_default();
+    let host = || {
+        url::Url::parse(uri)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    if scheme.eq_ignore_ascii_case("https") {
+        Destination::Site(host())
+    } else if scheme.eq_ignore_ascii_case("http") {
+        // Plain http is only ever registered on loopback; a spelling accepted before the
+        // canonical rule (`http://127.1/cb`) is still a local program, without the port rule.
+        Destination::Loopback(host())
+    } else {
+        Destination::App(scheme.to_ascii_lowercase())
+    }
 }
 
 /// Proof that a request's redirect URI is one the client registered. Only this module makes
@@ -127,6 +260,8 @@ pub struct RedirectMatched {
     uri: String,
     /// The registered URI it matched (differs from `uri` only in a loopback port).
     registered: String,
+    /// The request carried `redirect_uri`.
+    explicit: bool,
 }
 
 impl RedirectMatched {
@@ -139,16 +274,23 @@ impl RedirectMatched {
     pub fn uri(&self) -> &str {
         &self.uri
     }
-    /// The host, for display and audit.
-    pub fn host(&self) -> String {
-        url::Url::parse(&self.uri)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_owned))
-            .unwrap_or_else(|| self.uri.split(':').next().unwrap_or_default().to_owned())
+    /// Where the authorization goes: a site, a loopback program, or an app by its scheme.
+    pub fn destination(&self) -> Destination {
+        destination(&self.uri)
     }
-    /// Whether the redirect goes to a program on the person's own machine.
+    /// The destination's key, for approvals, audit and alerts: the host, or
+    /// `scheme:<scheme>` for a private-use scheme (never a host).
+    pub fn destination_key(&self) -> String {
+        self.destination().key()
+    }
+    /// Whether the redirect goes to a program on the person's own machine over loopback.
     pub fn is_loopback(&self) -> bool {
         split_loopback(&self.uri).is_some()
+    }
+    /// Whether the request named this redirect URI itself (`/token` then requires the same
+    /// `redirect_uri`, RFC 6749 §4.1.3), rather than leaving the single registered one implied.
+    pub fn explicit(&self) -> bool {
+        self.explicit
     }
     /// The registered URI it matched: what consents are keyed on, so a loopback client
     /// that listens on a new port each time keeps its consent.
@@ -161,47 +303,60 @@ impl RedirectMatched {
         client_id: ClientId,
         uri: String,
         registered: String,
+        explicit: bool,
     ) -> RedirectMatched {
         RedirectMatched {
             client_id,
             uri,
             registered,
+            explicit,
         }
     }
 }
 
-/// For `http://<loopback>[:port]<rest>`, returns (`http://<host>`, `<rest>`) with the port
-/// removed; `None` for anything else.
-fn split_loopback(uri: &str) -> Option<(&str, &str)> {
+/// For `http://<host>[:<port>]<rest>`, the raw host and port text (`None` without a port);
+/// `None` for anything that is not plain http or has user info.
+fn loopback_authority(uri: &str) -> Option<(&str, Option<&str>)> {
     let after = uri.strip_prefix("http://")?;
     let end = after.find(['/', '?', '#']).unwrap_or(after.len());
-    let (authority, rest) = after.split_at(end);
+    let authority = &after[..end];
     if authority.contains('@') {
         return None;
     }
-    let host = if authority.starts_with('[') {
+    if authority.starts_with('[') {
         let close = authority.find(']')?;
         let (h, tail) = authority.split_at(close + 1);
-        if !(tail.is_empty() || is_port(tail)) {
-            return None;
+        match tail {
+            "" => Some((h, None)),
+            t => Some((h, Some(t.strip_prefix(':')?))),
         }
-        h
     } else {
         match authority.rsplit_once(':') {
-            Some((h, p)) if is_port(&format!(":{p}")) => h,
-            Some(_) => return None,
-            None => authority,
+            Some((h, p)) => Some((h, Some(p))),
+            None => Some((authority, None)),
         }
-    };
-    if !matches!(host, "127.0.0.1" | "[::1]" | "localhost") {
-        return None;
     }
-    Some((&uri[..7 + host.len()], rest))
 }
 
-fn is_port(s: &str) -> bool {
-    s.strip_prefix(':')
-        .is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+/// For `http://<loopback>[:port]<rest>` with a canonical loopback host and, if any, a port in
+/// 1–65535 without leading zeros, returns (`http://<host>`, `<rest>`) with the port removed;
+/// `None` for anything else.
+fn split_loopback(uri: &str) -> Option<(&str, &str)> {
+    let (host, port) = loopback_authority(uri)?;
+    if !is_loopback_host(host) || !port.is_none_or(is_port) {
+        return None;
+    }
+    let prefix = "http://".len() + host.len();
+    let rest_at = prefix + port.map_or(0, |p| p.len() + 1);
+    Some((&uri[..prefix], &uri[rest_at..]))
+}
+
+/// A port number 1–65535, decimal, no sign, no leading zero.
+fn is_port(p: &str) -> bool {
+    !p.starts_with('0')
+        && p.len() <= 5
+        && p.bytes().all(|b| b.is_ascii_digit())
+        && p.parse::<u16>().is_ok_and(|n| n != 0)
 }
 
 /// Whether `requested` is allowed by `registered`: byte equality, or equality after removing
@@ -243,6 +398,7 @@ pub fn match_redirect(
         client_id: client_id.clone(),
         uri,
         registered: reg,
+        explicit: requested.is_some(),
     })
 }
 
@@ -264,7 +420,7 @@ mod native_tests {
             "http://[::1]:8080/cb",
             "http://localhost/callback",
             "com.example.app:/oauth",
-            "cursor://anysphere.cursor-retrieval/oauth/callback",
+            "claude.ai:/cb",
         ] {
             assert!(is_native_only(u), "{u}");
         }
@@ -483,7 +639,8 @@ mod tests {
             "http://[::1]:3000/cb",
             "http://localhost:3000/cb",
             "com.example.app:/oauth2redirect",
-            "cursor://anysphere.cursor-retrieval/oauth/callback",
+            "com.example.app://callback",
+            "claude.ai:/cb",
         ] {
             validate_for_registration(ok).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
         }
@@ -496,8 +653,163 @@ mod tests {
             ("http://10.0.0.1/cb", RedirectError::PlainHttp),
             ("https://app.example/c b", RedirectError::BadCharacters),
             ("relative/path", RedirectError::NotAbsolute),
+            (
+                "cursor://anysphere.cursor-mcp/oauth/callback",
+                RedirectError::NotReverseDomainScheme,
+            ),
+            ("myapp:/cb", RedirectError::NotReverseDomainScheme),
         ] {
             assert_eq!(validate_for_registration(bad), Err(want), "{bad}");
         }
+    }
+
+    #[test]
+    fn loopback_must_be_spelled_canonically() {
+        for bad in [
+            "http://127.1/cb",
+            "http://127.1:8080/cb",
+            "http://0x7f000001/cb",
+            "http://0x7f.1/cb",
+            "http://2130706433/cb",
+            "http://127.0.0.2/cb",
+            "http://[0:0:0:0:0:0:0:1]/cb",
+            "http://[::ffff:127.0.0.1]/cb",
+            "http://LOCALHOST/cb",
+            "http://LocalHost:3000/cb",
+        ] {
+            assert_eq!(
+                validate_for_registration(bad),
+                Err(RedirectError::LoopbackSpelling),
+                "{bad}"
+            );
+        }
+        for bad in [
+            "http://127.0.0.1:0/cb",
+            "http://127.0.0.1:99999/cb",
+            "http://127.0.0.1:65536/cb",
+            "http://[::1]:0/cb",
+            "http://localhost:08080/cb",
+            "http://localhost:/cb",
+            "http://[::1]:/cb",
+        ] {
+            assert_eq!(
+                validate_for_registration(bad),
+                Err(RedirectError::BadPort),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            validate_for_registration("http://localhost./cb"),
+            Err(RedirectError::PlainHttp)
+        );
+        for ok in [
+            "http://127.0.0.1:1/cb",
+            "http://127.0.0.1:65535/cb",
+            "http://[::1]/cb",
+            "http://localhost:8080",
+        ] {
+            assert_eq!(validate_for_registration(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn the_port_exception_needs_a_port_in_1_to_65535() {
+        let reg = "http://127.0.0.1/cb";
+        for bad in [
+            "http://127.0.0.1:0/cb",
+            "http://127.0.0.1:99999/cb",
+            "http://127.0.0.1:65536/cb",
+            "http://127.0.0.1:08080/cb",
+            "http://127.0.0.1:/cb",
+            "http://127.1:8080/cb",
+            "http://0x7f000001:8080/cb",
+        ] {
+            assert_eq!(m(reg, bad), Err(RedirectError::Mismatch), "{bad}");
+        }
+        assert!(m(reg, "http://127.0.0.1:1/cb").is_ok());
+        assert!(m(reg, "http://127.0.0.1:65535/cb").is_ok());
+    }
+
+    #[test]
+    fn loopback_host_is_exactly_one_of_three_spellings() {
+        for h in ["127.0.0.1", "[::1]", "localhost"] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in [
+            "127.0.0.2",
+            "127.1",
+            "::1",
+            "[0:0:0:0:0:0:0:1]",
+            "LOCALHOST",
+            "localhost.",
+            "0x7f000001",
+            "",
+        ] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn reverse_domain_schemes() {
+        for ok in [
+            "com.example.app",
+            "claude.ai",
+            "io.github.user.tool",
+            "com.x-y.a1",
+        ] {
+            assert!(is_reverse_domain_scheme(ok), "{ok}");
+        }
+        for bad in [
+            "cursor",
+            "myapp",
+            "com.",
+            ".com",
+            "com..app",
+            "com.-x",
+            "com.x-",
+            "Com.Example.App",
+            "1com.example",
+            "com.exa+mple",
+            "",
+        ] {
+            assert!(!is_reverse_domain_scheme(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_private_use_scheme_is_an_app_keyed_by_its_scheme_never_a_host() {
+        let app = m("claude.ai:/cb", "claude.ai:/cb").unwrap();
+        assert_eq!(app.destination(), Destination::App("claude.ai".to_owned()));
+        assert_eq!(app.destination_key(), "scheme:claude.ai");
+        assert!(app.destination().is_on_this_device());
+        assert!(!app.is_loopback());
+        let site = m("https://claude.ai/cb", "https://claude.ai/cb").unwrap();
+        assert_eq!(site.destination_key(), "claude.ai");
+        assert_ne!(site.destination_key(), app.destination_key());
+        assert!(!site.destination().is_on_this_device());
+        // An authority after the scheme is not a host either.
+        assert_eq!(
+            destination("com.example.app://claude.ai/cb"),
+            Destination::App("com.example.app".to_owned())
+        );
+        let lo = m("http://127.0.0.1/cb", "http://127.0.0.1:5000/cb").unwrap();
+        assert_eq!(
+            lo.destination(),
+            Destination::Loopback("127.0.0.1".to_owned())
+        );
+        assert_eq!(destination("http://[::1]:9/cb").key(), "[::1]");
+        assert_eq!(destination("http://127.1/cb").key(), "127.0.0.1");
+    }
+
+    #[test]
+    fn explicit_only_when_the_request_named_the_redirect() {
+        let one = vec!["https://app.example/cb".to_owned()];
+        let c = ClientId::new("c");
+        assert!(
+            match_redirect(&c, &one, Some("https://app.example/cb"))
+                .unwrap()
+                .explicit()
+        );
+        assert!(!match_redirect(&c, &one, None).unwrap().explicit());
     }
 }

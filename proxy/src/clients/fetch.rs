@@ -3,11 +3,15 @@
 //! resolved address must pass [`address_allowed`], and the HTTP client is pinned to exactly
 //! those addresses (no second resolution, so DNS rebinding between check and use cannot
 //! redirect the connection). No redirects, only 200, short timeouts, at most
-//! [`MAX_BODY_BYTES`], an outbound budget per client IP (taken before the name is resolved)
-//! and a global one (taken only once the address check passed, so ids that are refused anyway
-//! cannot spend everyone's budget).
+//! [`MAX_BODY_BYTES`], an outbound budget per source (one IPv4 address, or one IPv6 /48:
+//! a single allocation holds 2^16 /64s, so a per-/64 count would let one site spend everyone's
+//! budget), taken before the name is resolved, and a global one (taken only once the address
+//! check passed, so ids that are refused anyway cannot spend everyone's budget). URLs that
+//! fetched cleanly before ("known") have a separate reserve on top, at most one fetch per URL
+//! per minute, so a flood of new URL ids from many sources cannot starve the clients people
+//! already use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -112,8 +116,11 @@ pub struct FetchPolicy {
     pub timeout: Duration,
     /// Fetches allowed per minute (all hosts together).
     pub per_minute: u32,
-    /// Fetch attempts allowed per minute from one client IP (IPv6 per /64).
+    /// Fetch attempts allowed per minute from one source (an IPv4 address, an IPv6 /48).
     pub per_ip_per_minute: u32,
+    /// Fetches per minute reserved for URLs that fetched cleanly before, used when the
+    /// general budget (or the source's own) is spent; at most one per URL per minute.
+    pub known_per_minute: u32,
     /// Development only: loopback addresses (and plain http to them) are allowed.
     pub allow_loopback: bool,
 }
@@ -124,6 +131,27 @@ pub struct Fetcher {
     policy: FetchPolicy,
     window: Mutex<(u64, u32)>,
     per_ip: Mutex<(u64, HashMap<IpAddr, u32>)>,
+    /// This minute's reserve: the minute and the URLs that used it (its size is the count).
+    reserve: Mutex<(u64, HashSet<String>)>,
+}
+
+/// Whether the URL being fetched produced a valid document before (its stored record says
+/// so). Only the directory knows; the reserve is for these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Familiarity {
+    /// Never fetched cleanly (or its record expired).
+    New,
+    /// Fetched and validated before.
+    Known,
+}
+
+/// The per-source bucket: an IPv4 address (IPv4-mapped IPv6 counts as IPv4), or the /48 of
+/// an IPv6 address (the `limits` /48 key; a site gets a /48, so one site is one source).
+pub fn source_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 80) - 1)).into()),
+        v4 => v4,
+    }
 }
 
 /// Most client IPs counted in one minute; beyond it new addresses are refused like an
@@ -138,6 +166,7 @@ impl Fetcher {
             policy,
             window: Mutex::new((0, 0)),
             per_ip: Mutex::new((0, HashMap::new())),
+            reserve: Mutex::new((0, HashSet::new())),
         }
     }
 
@@ -163,10 +192,28 @@ impl Fetcher {
         true
     }
 
+    /// One fetch of a known `url` from this minute's reserve: at most one per URL, at most
+    /// `known_per_minute` in all.
+    fn take_reserve(&self, url: &Url, now: UnixTime) -> bool {
+        let minute = now.0 / 60;
+        let mut r = self
+            .reserve
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if r.0 != minute {
+            *r = (minute, HashSet::new());
+        }
+        if r.1.len() >= self.policy.known_per_minute as usize || r.1.contains(url.as_str()) {
+            return false;
+        }
+        r.1.insert(url.as_str().to_owned());
+        true
+    }
+
     /// One attempt from `ip` this minute; `None` (no connection info) is not counted here.
     fn take_ip_token(&self, ip: Option<IpAddr>, now: UnixTime) -> bool {
         let Some(ip) = ip else { return true };
-        let key = crate::limits::bucket_key(ip);
+        let key = source_key(ip);
         let minute = now.0 / 60;
         let mut w = self
             .per_ip
@@ -224,18 +271,28 @@ impl Fetcher {
         url: &Url,
         now: UnixTime,
         from: Option<IpAddr>,
+        familiarity: Familiarity,
     ) -> Result<Fetched, FetchError> {
+        let known = familiarity == Familiarity::Known;
         // The caller's own budget first: it also bounds the name lookups one source causes.
+        // A known URL whose source spent its share may still use the reserve (taken before
+        // the lookup, so the reserve bounds those lookups instead).
+        let mut reserved = false;
         if !self.take_ip_token(from, now) {
-            return Err(FetchError::RateLimited);
+            if !(known && self.take_reserve(url, now)) {
+                return Err(FetchError::RateLimited);
+            }
+            reserved = true;
         }
         let addrs = self.checked_addresses(url).await?;
         if url.scheme() != "https" && !addrs.iter().all(|a| is_loopback(a.ip())) {
             // Plain http is only ever allowed to loopback (development setting).
             return Err(FetchError::SpecialUseAddress);
         }
-        // Everyone's budget only for a fetch that will really be made.
-        if !self.take_token(now) {
+        // Everyone's budget only for a fetch that will really be made; a known URL falls back
+        // to the reserve when it is spent.
+        let budgeted = reserved || self.take_token(now) || (known && self.take_reserve(url, now));
+        if !budgeted {
             return Err(FetchError::RateLimited);
         }
         let mut builder = reqwest::Client::builder()
@@ -525,6 +582,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 per_minute: 10,
                 per_ip_per_minute: 3,
+                known_per_minute: 2,
                 allow_loopback: false,
             },
         );
@@ -544,6 +602,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 per_minute,
                 per_ip_per_minute: 3,
+                known_per_minute: 2,
                 allow_loopback: false,
             },
         )
@@ -566,7 +625,7 @@ mod tests {
         let t = UnixTime(600);
         for ip in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
             assert_eq!(
-                f.fetch(&url, t, Some(ip.parse().unwrap()))
+                f.fetch(&url, t, Some(ip.parse().unwrap()), Familiarity::New)
                     .await
                     .unwrap_err(),
                 FetchError::SpecialUseAddress
@@ -579,32 +638,109 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn one_client_ip_is_limited_per_minute_and_ipv6_per_64() {
+    async fn one_source_is_limited_per_minute_and_ipv6_per_48() {
         let f = fetcher(&["10.0.0.1:443"], 100);
         let url = Url::parse("https://x.example/c").unwrap();
         let t = UnixTime(600);
         let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
-        let same_64: IpAddr = "2001:db8:1:2::99".parse().unwrap();
+        // Another /64 of the same /48 is the same source.
+        let same_64: IpAddr = "2001:db8:1:ffff::99".parse().unwrap();
         for _ in 0..3 {
             assert_eq!(
-                f.fetch(&url, t, Some(a)).await.unwrap_err(),
+                f.fetch(&url, t, Some(a), Familiarity::New)
+                    .await
+                    .unwrap_err(),
                 FetchError::SpecialUseAddress
             );
         }
         assert_eq!(
-            f.fetch(&url, t, Some(same_64)).await.unwrap_err(),
+            f.fetch(&url, t, Some(same_64), Familiarity::New)
+                .await
+                .unwrap_err(),
             FetchError::RateLimited
         );
         // Another source, and the next minute, are not affected.
         assert_eq!(
-            f.fetch(&url, t, Some("8.8.8.8".parse().unwrap()))
+            f.fetch(&url, t, Some("8.8.8.8".parse().unwrap()), Familiarity::New)
                 .await
                 .unwrap_err(),
             FetchError::SpecialUseAddress
         );
         assert_eq!(
-            f.fetch(&url, UnixTime(660), Some(a)).await.unwrap_err(),
+            f.fetch(&url, UnixTime(660), Some(a), Familiarity::New)
+                .await
+                .unwrap_err(),
             FetchError::SpecialUseAddress
+        );
+    }
+
+    #[test]
+    fn source_key_is_the_ipv4_address_or_the_ipv6_slash_48() {
+        let k = |s: &str| source_key(s.parse().unwrap());
+        assert_eq!(k("2001:db8:1:2::1"), k("2001:db8:1:ffff:1:2:3:4"));
+        assert_ne!(k("2001:db8:1::1"), k("2001:db8:2::1"));
+        assert_eq!(k("2001:db8:1:2::1").to_string(), "2001:db8:1::");
+        assert_eq!(k("198.51.100.7").to_string(), "198.51.100.7");
+        assert_eq!(k("::ffff:198.51.100.7"), k("198.51.100.7"));
+    }
+
+    #[test]
+    fn the_reserve_is_for_known_urls_once_per_url_per_minute() {
+        let f = fetcher(&["10.0.0.1:443"], 1);
+        let t = UnixTime(600);
+        let a = Url::parse("https://a.example/c").unwrap();
+        let b = Url::parse("https://b.example/c").unwrap();
+        let c = Url::parse("https://c.example/c").unwrap();
+        assert!(f.take_reserve(&a, t));
+        assert!(!f.take_reserve(&a, t), "once per URL per minute");
+        assert!(f.take_reserve(&b, t));
+        assert!(!f.take_reserve(&c, t), "reserve (2) spent");
+        assert!(f.take_reserve(&a, UnixTime(660)), "a new minute");
+    }
+
+    #[tokio::test]
+    async fn a_new_url_never_uses_the_reserve() {
+        // Addresses pass (loopback allowed), and nothing listens on port 9: the fetch itself
+        // fails, which is enough to tell a spent budget from one that let the fetch start.
+        let f = Fetcher::new(
+            Arc::new(Fixed(vec!["127.0.0.1:9".parse().unwrap()])),
+            FetchPolicy {
+                timeout: Duration::from_secs(1),
+                per_minute: 1,
+                per_ip_per_minute: 100,
+                known_per_minute: 5,
+                allow_loopback: true,
+            },
+        );
+        let t = UnixTime(600);
+        let from = Some("198.51.100.1".parse().unwrap());
+        let url = |n: u32| Url::parse(&format!("https://x{n}.example/c")).unwrap();
+        assert_eq!(
+            f.fetch(&url(0), t, from, Familiarity::New)
+                .await
+                .unwrap_err(),
+            FetchError::Unreachable,
+            "the general token"
+        );
+        assert_eq!(
+            f.fetch(&url(1), t, from, Familiarity::New)
+                .await
+                .unwrap_err(),
+            FetchError::RateLimited
+        );
+        assert_eq!(
+            f.fetch(&url(2), t, from, Familiarity::Known)
+                .await
+                .unwrap_err(),
+            FetchError::Unreachable,
+            "a known URL gets the reserve"
+        );
+        assert_eq!(
+            f.fetch(&url(2), t, from, Familiarity::Known)
+                .await
+                .unwrap_err(),
+            FetchError::RateLimited,
+            "once per minute"
         );
     }
 }

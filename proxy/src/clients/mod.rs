@@ -28,7 +28,7 @@ use crate::store::records::{CimdClientRecord, ClientRecord};
 use crate::store::{Keyspace, SharedStore, StoreError, StoreExt, Versioned, encode};
 
 use cimd::CimdError;
-use fetch::{FetchError, FetchPolicy, Fetcher, Resolver};
+use fetch::{Familiarity, FetchError, FetchPolicy, Fetcher, Resolver};
 
 /// Most metadata documents held in memory.
 const MAX_CACHED: usize = 1024;
@@ -154,6 +154,7 @@ impl Directory {
                     timeout: Duration::from_secs(policy.fetch_timeout_secs),
                     per_minute: policy.fetches_per_minute,
                     per_ip_per_minute: policy.fetches_per_minute_per_ip,
+                    known_per_minute: policy.known_fetches_per_minute,
                     allow_loopback: policy.dangerously_allow_loopback_for_development,
                 },
             ),
@@ -370,7 +371,16 @@ impl Directory {
         }
         let host = url.host_str().unwrap_or_default().to_owned();
         // Errors and invalid documents return here, before anything is cached or stored.
-        let fetched = match self.fetcher.fetch(&url, now, from).await {
+        // A URL that produced a valid document before may use the fetch reserve.
+        let familiarity = if stored
+            .as_ref()
+            .is_some_and(|(r, _)| r.validated_at.is_some())
+        {
+            Familiarity::Known
+        } else {
+            Familiarity::New
+        };
+        let fetched = match self.fetcher.fetch(&url, now, from, familiarity).await {
             Ok(f) => f,
             Err(e) if e.is_temporary() => {
                 if let Some((seen, _)) = &stored

@@ -36,6 +36,7 @@ pub(super) struct RawCimd {
     cache_max_secs: u64,
     fetches_per_minute: u32,
     fetches_per_minute_per_ip: u32,
+    known_fetches_per_minute: u32,
     dangerously_allow_loopback_for_development: bool,
 }
 
@@ -48,6 +49,7 @@ impl Default for RawCimd {
             cache_max_secs: 3600,
             fetches_per_minute: 60,
             fetches_per_minute_per_ip: 10,
+            known_fetches_per_minute: 30,
             dangerously_allow_loopback_for_development: false,
         }
     }
@@ -83,8 +85,11 @@ pub struct CimdPolicy {
     pub cache_max_secs: u64,
     /// Outbound fetches per minute, all hosts together.
     pub fetches_per_minute: u32,
-    /// Fetch attempts per minute caused by one client IP (IPv6 per /64).
+    /// Fetch attempts per minute caused by one source (an IPv4 address, an IPv6 /48).
     pub fetches_per_minute_per_ip: u32,
+    /// Fetches per minute reserved for URLs that fetched cleanly before (one per URL), used
+    /// when the general or the source's budget is spent.
+    pub known_fetches_per_minute: u32,
     /// Development only: fetch documents from loopback (and plain http there).
     pub dangerously_allow_loopback_for_development: bool,
 }
@@ -201,6 +206,9 @@ pub(super) fn validate_cimd(raw: &RawCimd, errs: &mut Vec<String>) -> CimdPolicy
     if raw.fetches_per_minute_per_ip == 0 {
         errs.push("cimd.fetches_per_minute_per_ip: at least 1".to_owned());
     }
+    if raw.known_fetches_per_minute == 0 {
+        errs.push("cimd.known_fetches_per_minute: at least 1".to_owned());
+    }
     CimdPolicy {
         enabled: raw.enabled,
         fetch_timeout_secs: raw.fetch_timeout_secs,
@@ -208,6 +216,7 @@ pub(super) fn validate_cimd(raw: &RawCimd, errs: &mut Vec<String>) -> CimdPolicy
         cache_max_secs: raw.cache_max_secs,
         fetches_per_minute: raw.fetches_per_minute,
         fetches_per_minute_per_ip: raw.fetches_per_minute_per_ip,
+        known_fetches_per_minute: raw.known_fetches_per_minute,
         dangerously_allow_loopback_for_development: raw.dangerously_allow_loopback_for_development,
     }
 }
@@ -290,10 +299,11 @@ remember_consent = false
             cache_max_secs: 100_000,
             fetches_per_minute: 0,
             fetches_per_minute_per_ip: 0,
+            known_fetches_per_minute: 0,
             fetch_timeout_secs: 0,
             ..RawCimd::default()
         };
         validate_cimd(&raw, &mut errs);
-        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert_eq!(errs.len(), 5, "{errs:?}");
     }
 }

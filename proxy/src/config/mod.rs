@@ -408,13 +408,11 @@ impl PublicUrl {
     }
 }
 
-/// `127.0.0.1`, `[::1]` or `localhost` (any case).
-pub fn is_loopback_host(host: &str) -> bool {
-    let h = host.trim_start_matches('[').trim_end_matches(']');
-    h.eq_ignore_ascii_case("localhost")
-        || h.parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
+/// `127.0.0.1`, `[::1]` or `localhost`: the one definition, in `bindings::redirect`. Callers
+/// here pass a parsed URL's `host_str()`, which the URL parser has already normalised
+/// (`127.1` and `LOCALHOST` arrive as `127.0.0.1` and `localhost`); other loopback addresses
+/// such as `127.0.0.2` are not accepted for plain http.
+pub use crate::bindings::redirect::is_loopback_host;
 
 /// The proxy's one OAuth client at GitHub.
 #[derive(Debug, Clone)]

@@ -83,17 +83,15 @@ pub async fn show(
     let mut rows = Vec::new();
     for c in consent_registry::list(app.store.as_ref(), &s.record.user_id).await? {
         let client: Option<ClientRecord> = app.clients.known(&c.client_id).await?;
-        let host = url::Url::parse(&c.redirect_uri)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_owned))
-            .unwrap_or_else(|| c.redirect_uri.clone());
+        let destination = crate::bindings::redirect::destination(&c.redirect_uri);
         rows.push(ConsentRow {
             client_name: client
                 .as_ref()
                 .map_or_else(|| "Deleted client".to_owned(), ClientRecord::display_name),
             client_verified: app.clients.is_configured(&c.client_id),
             client_id: c.client_id.as_str().to_owned(),
-            redirect_host: host,
+            redirect_host: destination.key(),
+            redirect_app_scheme: destination.app_scheme().map(str::to_owned),
             redirect_uri: c.redirect_uri.clone(),
             scopes: c.scopes.iter().collect::<Vec<_>>().join(", "),
             approved: format!("approved {}", ago(now, c.granted_at)),

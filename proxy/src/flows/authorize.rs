@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::approvals;
 use crate::bindings::issuer::{self, Response};
-use crate::bindings::redirect::{self, RedirectMatched};
+use crate::bindings::redirect::{self, Destination, RedirectMatched};
 use crate::bindings::{audience, consent_registry, consent_scope};
 use crate::clients::{ClientKind, ClientsError, ResolvedClient};
 use crate::clock::ago;
@@ -29,6 +29,8 @@ use crate::store::{Keyspace, StoreExt};
 
 /// How long a person has to decide on the consent page.
 pub const TXN_TTL_SECS: u64 = 600;
+/// The warning for an authorization that goes to a program on the person's own machine.
+const LOCAL_PROGRAM: &str = "A program on this computer will receive access";
 /// A client registered less recently than this gets a warning.
 const NEW_CLIENT_SECS: u64 = 600;
 
@@ -169,6 +171,7 @@ pub async fn authorize(
         client_id: client.client_id.clone(),
         redirect_uri: redirect.uri().to_owned(),
         registered_redirect: redirect.registered().to_owned(),
+        redirect_uri_explicit: redirect.explicit(),
         code_challenge: challenge,
         resource: audience.as_str().to_owned(),
         scopes: scopes.clone(),
@@ -189,7 +192,7 @@ pub async fn authorize(
     app.audit
         .record(AuditEvent::ConsentShown {
             client_id: client.client_id.clone(),
-            redirect_host: redirect.host(),
+            redirect_host: redirect.destination_key(),
             warnings: warnings.iter().map(|w| w.title.clone()).collect(),
         })
         .await?;
@@ -202,7 +205,8 @@ pub async fn authorize(
             _ => None,
         },
         redirect_uri: redirect.uri().to_owned(),
-        redirect_host: redirect.host(),
+        redirect_host: redirect.destination_key(),
+        redirect_app_scheme: redirect.destination().app_scheme().map(str::to_owned),
         registered_ago: match &resolved.kind {
             ClientKind::Preregistered => "configured by this server's operators".to_owned(),
             ClientKind::MetadataDocument { .. } => {
@@ -277,34 +281,48 @@ async fn warnings(
             }
         });
     }
-    if redirect.is_loopback() {
-        out.push(WarningView {
-            title: "A program on this computer will receive access".to_owned(),
+    let destination = redirect.destination();
+    let key = destination.key();
+    match &destination {
+        Destination::Loopback(host) => out.push(WarningView {
+            title: LOCAL_PROGRAM.to_owned(),
             detail: format!(
-                "Your authorization goes to {} on this computer. Approve only if you just started this application yourself.",
-                redirect.host()
+                "Your authorization goes to {host} on this computer. Approve only if you just started this application yourself."
             ),
-        });
-    } else {
-        if let ClientKind::MetadataDocument { host } = &resolved.kind
-            && !host.eq_ignore_ascii_case(&redirect.host())
-        {
-            out.push(WarningView {
-                title: "Access goes to a different site than where this application is published".to_owned(),
-                detail: format!(
-                    "This application is published at {host}, but your authorization would be sent to {}. Approve only if you trust both.",
-                    redirect.host()
-                ),
-            });
+        }),
+        Destination::App(scheme) => out.push(WarningView {
+            title: LOCAL_PROGRAM.to_owned(),
+            detail: format!(
+                "Your authorization goes to whichever app on this device handles links starting with {scheme}: (any program installed here can claim that). Approve only if you just started this application yourself."
+            ),
+        }),
+        Destination::Site(host) => {
+            if let ClientKind::MetadataDocument { host: published } = &resolved.kind
+                && !published.eq_ignore_ascii_case(host)
+            {
+                out.push(WarningView {
+                    title: "Access goes to a different site than where this application is published".to_owned(),
+                    detail: format!(
+                        "This application is published at {published}, but your authorization would be sent to {host}. Approve only if you trust both."
+                    ),
+                });
+            }
         }
-        let host = redirect.host();
-        let seen = approval_store::seen_host(app.store.as_ref(), &host).await?;
-        if !approvals::host_known(rules, &host, seen.as_ref(), None) {
+    }
+    // A loopback program is no server of anyone else's; a site and an app scheme are new until
+    // people here approved them, each under its own key (an app's scheme never borrows the
+    // approvals of the web host of the same name).
+    if !matches!(destination, Destination::Loopback(_)) {
+        let seen = approval_store::seen_host(app.store.as_ref(), &key).await?;
+        if !approvals::host_known(rules, &key, seen.as_ref(), None) {
+            let what = match &destination {
+                Destination::App(scheme) => format!("the app scheme {scheme}:"),
+                _ => key.clone(),
+            };
             out.push(WarningView {
                 title: "This destination is new to this server".to_owned(),
                 detail: format!(
-                    "No one has approved an application that sends access to {} before. Check that you recognise it.",
-                    redirect.host()
+                    "No one has approved an application that sends access to {what} before. Check that you recognise it."
                 ),
             });
         }

@@ -48,6 +48,7 @@ fn client_error(
         txn.client_id.clone(),
         txn.redirect_uri.clone(),
         txn.registered_redirect.clone(),
+        txn.redirect_uri_explicit,
     );
     FlowError::ClientRedirect(issuer::client_redirect(
         &redirect,
@@ -200,8 +201,9 @@ pub async fn github_callback(
                 txn.client_id.clone(),
                 txn.redirect_uri.clone(),
                 txn.registered_redirect.clone(),
+                txn.redirect_uri_explicit,
             );
-            let host = redirect.host();
+            let host = redirect.destination_key();
             let consent = consent_registry::record(
                 app.store.as_ref(),
                 now,

@@ -54,7 +54,7 @@ async fn code_issue_facts(
     )
     .await?
     .is_some();
-    let host = redirect.host();
+    let host = redirect.destination_key();
     let rules = app.approval_rules();
     let seen = approval_store::seen_host(app.store.as_ref(), &host).await?;
     let client_approvals =
@@ -102,6 +102,7 @@ pub async fn issue_code(
         code_id: code_id.clone(),
         client_id: redirect.client_id().clone(),
         redirect_uri: redirect.uri().to_owned(),
+        redirect_uri_explicit: redirect.explicit(),
         code_challenge: challenge,
         resource: audience.as_str().to_owned(),
         scopes: consent.scopes().clone(),

@@ -131,6 +131,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
         txn.client_id.clone(),
         txn.redirect_uri.clone(),
         txn.registered_redirect.clone(),
+        txn.redirect_uri_explicit,
     );
 
     // Who decided, as far as this browser's session says; GitHub confirms it at the callback.

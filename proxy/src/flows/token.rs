@@ -337,12 +337,26 @@ async fn redeem_code(
     if rec.client_id != client.client_id {
         return Err(INVALID_GRANT.into());
     }
-    if redirect_uri.is_some_and(|r| r != rec.redirect_uri) {
-        return Err(OAuthError::new(
-            ErrorCode::InvalidGrant,
-            "redirect_uri does not match the authorization request",
-        )
-        .into());
+    // RFC 6749 §4.1.3 (kept by OAuth 2.1 for OAuth 2.0 clients): when `/authorize` carried
+    // `redirect_uri`, `/token` must carry the same one. Refused before anything changes: the
+    // code stays where it was.
+    match redirect_uri {
+        Some(r) if r != rec.redirect_uri => {
+            return Err(OAuthError::new(
+                ErrorCode::InvalidGrant,
+                "redirect_uri does not match the authorization request",
+            )
+            .into());
+        }
+        // A required parameter is missing (RFC 6749 §5.2 `invalid_request`).
+        None if rec.redirect_uri_explicit => {
+            return Err(OAuthError::new(
+                ErrorCode::InvalidRequest,
+                "redirect_uri is required: the authorization request included one",
+            )
+            .into());
+        }
+        _ => {}
     }
     audience::recheck(&rec.resource, resource)?;
     rec.code_challenge

@@ -122,12 +122,35 @@ impl RegistrationRequest {
             ));
         }
         let mut redirect_uris = Vec::with_capacity(uris.len());
+        let mut dropped = None;
         for u in uris {
-            redirect::validate_for_registration(&u)
-                .map_err(|e| OAuthError::new(ErrorCode::InvalidRedirectUri, e.description()))?;
+            match redirect::validate_for_registration(&u) {
+                Ok(()) => {}
+                // A private-use scheme that is not a reverse domain name (`cursor://…`) is
+                // left out of a set that has other usable URIs, as RFC 7591 §3.2.1 lets a
+                // server replace requested metadata (the response shows what was registered):
+                // Cursor registers `cursor://…` next to an https and a loopback URI, and
+                // refusing the whole set would refuse Cursor.
+                Err(e @ redirect::RedirectError::NotReverseDomainScheme) => {
+                    dropped = Some(e);
+                    continue;
+                }
+                Err(e) => {
+                    return Err(OAuthError::new(
+                        ErrorCode::InvalidRedirectUri,
+                        e.description(),
+                    ));
+                }
+            }
             if !redirect_uris.contains(&u) {
                 redirect_uris.push(u);
             }
+        }
+        if let (true, Some(e)) = (redirect_uris.is_empty(), dropped) {
+            return Err(OAuthError::new(
+                ErrorCode::InvalidRedirectUri,
+                e.description(),
+            ));
         }
         // OIDC Registration §2 / RFC 8252: a web client redirects only to https; loopback and
         // private-use schemes are for native apps. Clients written before MCP 2026-07-28 do
@@ -291,5 +314,29 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidClientMetadata);
+    }
+
+    #[test]
+    fn a_non_reverse_domain_scheme_is_left_out_of_a_set_with_usable_uris_and_refused_alone() {
+        // Cursor's real registration: three URIs, one of them `cursor://` (no dot).
+        let m = req(r#"{"redirect_uris":["cursor://anysphere.cursor-mcp/oauth/callback","https://www.cursor.com/agents/mcp/oauth/callback","http://localhost:8787/callback"],"token_endpoint_auth_method":"none"}"#).unwrap();
+        assert_eq!(
+            m.redirect_uris,
+            [
+                "https://www.cursor.com/agents/mcp/oauth/callback",
+                "http://localhost:8787/callback"
+            ]
+        );
+        for only in ["cursor://anysphere.cursor-mcp/oauth/callback", "myapp:/cb"] {
+            let e = req(&format!(r#"{{"redirect_uris":["{only}"]}}"#)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidRedirectUri, "{only}");
+            assert!(e.description.contains("reverse domain"), "{only}");
+        }
+        // Any other fault still refuses the whole set.
+        let e = req(r#"{"redirect_uris":["myapp:/cb","https://a.example/cb","http://127.1/cb"]}"#)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidRedirectUri);
+        let m = req(r#"{"redirect_uris":["com.example.app:/cb"]}"#).unwrap();
+        assert_eq!(m.application_type, ApplicationType::Native);
     }
 }

@@ -50,6 +50,10 @@ pub struct TxnRecord {
     pub redirect_uri: String,
     /// The registered URI it matched (the consent key).
     pub registered_redirect: String,
+    /// Whether `/authorize` named `redirect_uri` itself (the code then requires it at
+    /// `/token`). A transaction stored before this field existed counts as explicit.
+    #[serde(default = "explicit_by_default")]
+    pub redirect_uri_explicit: bool,
     /// PKCE challenge from the client.
     pub code_challenge: CodeChallenge,
     /// Canonical resource.
@@ -173,6 +177,11 @@ pub struct CodeRecord {
     pub client_id: ClientId,
     /// Redirect URI it was sent to.
     pub redirect_uri: String,
+    /// Whether `/authorize` named `redirect_uri` itself: `/token` must then send the same
+    /// (RFC 6749 §4.1.3, OAuth 2.1 §"Redirect URI Parameter in Token Request"). A code stored
+    /// before this field existed (at most `code_ttl_secs` old) counts as explicit.
+    #[serde(default = "explicit_by_default")]
+    pub redirect_uri_explicit: bool,
     /// PKCE challenge.
     pub code_challenge: CodeChallenge,
     /// Audience.
@@ -409,4 +418,9 @@ pub struct BackendTokenRecord {
     /// `None` in records from before this field: such a token never exchanges.
     #[serde(default)]
     pub family_id: Option<FamilyId>,
+}
+
+/// Records from before `redirect_uri_explicit` existed: the strict reading.
+fn explicit_by_default() -> bool {
+    true
 }
