@@ -30,7 +30,7 @@ use crate::app::App;
 
 /// Largest request body accepted anywhere (registration, forms).
 const MAX_BODY: usize = 64 * 1024;
-/// Largest MCP request body forwarded.
+/// Largest MCP request body forwarded; read only once the caller is authenticated (mcp.rs).
 const MAX_MCP_BODY: usize = 4 * 1024 * 1024;
 
 /// The proxy's routes.
@@ -118,10 +118,8 @@ pub fn router(app: App) -> Router {
             HeaderName::from_static("mcp-protocol-version"),
         ])
         .max_age(std::time::Duration::from_secs(86_400));
-    let gateway = Router::new()
-        .route("/mcp", any(mcp::mcp))
-        .layer(DefaultBodyLimit::max(MAX_MCP_BODY))
-        .layer(mcp_cors);
+    // No body limit layer: the handler reads the body itself, after authentication.
+    let gateway = Router::new().route("/mcp", any(mcp::mcp)).layer(mcp_cors);
     let https = !app.config.public_url.is_http();
     let drain = app.drain.clone();
     let routes = api
