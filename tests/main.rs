@@ -8,6 +8,14 @@
 mod crash;
 mod support;
 
+/// The stranger at the edge: slow headers, tokenless bodies and connection floods against the
+/// real binary while a real client works (issue 15).
+mod abuse {
+    mod bodies;
+    mod connections;
+    mod support;
+}
+
 /// Audit trail, detection alerts, the webhook sink and `audit verify` (issue 6).
 mod audit {
     mod detection;
@@ -79,7 +87,7 @@ mod e2e {
 mod ops {
     mod demo;
     mod deploy;
-    mod shutdown;
+    pub(crate) mod shutdown;
     mod telemetry;
     mod tls;
 }
