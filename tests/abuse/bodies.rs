@@ -148,3 +148,55 @@ async fn tokenless_bodies_are_refused_before_buffering_and_memory_stays_bounded(
     edge.real_client_calls_a_tool(&mcp).await;
     edge.assert_healthy();
 }
+
+/// Once a caller is authenticated its body is held to the limits: an announced length over
+/// 4 MiB is refused with 413 before a byte is read, and a body that stalls gets 408 when
+/// `body_read_timeout_secs` has passed since the proxy began reading it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn authenticated_bodies_are_bounded_in_size_and_time() {
+    let mut edge = start("body_read_timeout_secs = 2").await;
+    let mcp = Mcp::for_user(&edge.helper, "alice").await;
+    let head = |len: usize| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {}\r\nContent-Length: {len}\r\n\r\n",
+            mcp.token
+        )
+    };
+    let status_of = |mut s: tokio::net::TcpStream| async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.windows(2).any(|w| w == b"\r\n") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&got)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+
+    let mut s = connect_from(Ipv4Addr::LOCALHOST, edge.addr).await;
+    s.write_all(head(5 * 1024 * 1024).as_bytes()).await.unwrap();
+    let status = timeout(Duration::from_secs(5), status_of(s)).await.unwrap();
+    assert_eq!(status, "HTTP/1.1 413 Payload Too Large");
+
+    let mut s = connect_from(Ipv4Addr::LOCALHOST, edge.addr).await;
+    s.write_all(head(1000).as_bytes()).await.unwrap();
+    s.write_all(br#"{"jsonrpc": "2.0", "id": 1, "#)
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let status = timeout(Duration::from_secs(10), status_of(s))
+        .await
+        .unwrap();
+    assert_eq!(status, "HTTP/1.1 408 Request Timeout");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(6),
+        "408 after {took:?}"
+    );
+    edge.assert_healthy();
+}
