@@ -8,13 +8,17 @@
 mod crash;
 mod support;
 
-/// The stranger's suite (issue 15): what anonymous traffic can cost, the edge's side doors and
-/// how clients are shown, against the real binary and in process.
+/// The stranger's suite (issue 15), against the real binary and in process while a real client
+/// works: slow headers, tokenless bodies, connection floods, what anonymous traffic costs, the
+/// session binding's side doors and how clients are shown.
 mod abuse {
     mod anonymous;
+    mod bodies;
     mod clients;
+    mod connections;
     mod rate_limits;
     mod sessions;
+    mod support;
 }
 
 /// Audit trail, detection alerts, the webhook sink and `audit verify` (issue 6).
@@ -88,7 +92,7 @@ mod e2e {
 mod ops {
     mod demo;
     mod deploy;
-    mod shutdown;
+    pub(crate) mod shutdown;
     mod telemetry;
     mod tls;
 }

@@ -21,7 +21,7 @@ use crate::support::{Options, TestProxy};
 const GRACE: Duration = Duration::from_secs(3);
 
 /// A free loopback port.
-pub(super) fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -30,7 +30,7 @@ pub(super) fn free_port() -> u16 {
 }
 
 /// The proxy as a child process, killed if the test ends early.
-pub(super) struct Process {
+pub(crate) struct Process {
     child: Child,
     /// Where its output goes.
     pub log: PathBuf,
@@ -68,6 +68,11 @@ impl Process {
             .unwrap()
             .success();
         assert!(ok, "kill -{name} failed");
+    }
+
+    /// Its process id (for `/proc/<pid>/status`).
+    pub fn id(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether it has exited.

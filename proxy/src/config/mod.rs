@@ -154,6 +154,16 @@ struct RawServer {
     #[serde(default)]
     trusted_proxies: Vec<String>,
     forwarded_header: Option<String>,
+    // What a connection may cost: validated by `http::edge` (defaults and reasons there).
+    header_read_timeout_secs: Option<u64>,
+    body_read_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    max_connections: Option<u64>,
+    max_connections_per_source: Option<u64>,
+    max_header_bytes: Option<u64>,
+    http2_max_concurrent_streams: Option<u64>,
+    http2_max_pending_reset_streams: Option<u64>,
+    http2_max_local_error_resets: Option<u64>,
 }
 
 fn default_listen() -> String {
@@ -296,6 +306,8 @@ pub struct Config {
     pub rate_limits: RateLimits,
     /// Load balancers whose forwarded headers name the client IP.
     pub trusted_proxies: TrustedProxies,
+    /// What one connection may cost: timeouts, connection caps, HTTP/2 limits.
+    pub edge: crate::http::edge::EdgeLimits,
     /// The admin listener (metrics, health, admin API).
     pub admin: admin::AdminConfig,
     /// `[access]`: who may sign in (GitHub orgs, teams, people), and how often it is re-checked.
@@ -791,6 +803,20 @@ impl Config {
             tls::validate_grace(s.shutdown_grace_secs, &mut errs);
             s.shutdown_grace_secs
         });
+        let edge = crate::http::edge::EdgeLimits::from_raw(
+            &server.map_or_else(Default::default, |s| crate::http::edge::RawEdgeLimits {
+                header_read_timeout_secs: s.header_read_timeout_secs,
+                body_read_timeout_secs: s.body_read_timeout_secs,
+                idle_timeout_secs: s.idle_timeout_secs,
+                max_connections: s.max_connections,
+                max_connections_per_source: s.max_connections_per_source,
+                max_header_bytes: s.max_header_bytes,
+                http2_max_concurrent_streams: s.http2_max_concurrent_streams,
+                http2_max_pending_reset_streams: s.http2_max_pending_reset_streams,
+                http2_max_local_error_resets: s.http2_max_local_error_resets,
+            }),
+            &mut errs,
+        );
         let listen = server.and_then(|s| match s.listen.parse::<SocketAddr>() {
             Ok(a) => Some(a),
             Err(e) => {
@@ -1079,6 +1105,7 @@ impl Config {
                     registration,
                     rate_limits,
                     trusted_proxies,
+                    edge,
                     admin,
                     access,
                     telemetry,

@@ -1,5 +1,6 @@
-//! The `/mcp` gateway. Every request is authenticated (Bearer header only; a local lookup, no
-//! GitHub call), audience-checked, scope-checked, and its MCP session or request state must
+//! The `/mcp` gateway. Every request is authenticated from its head alone, before its body is
+//! read ([`authenticate`]; Bearer header only; a local lookup, no GitHub call),
+//! audience-checked, scope-checked, and its MCP session or request state must
 //! belong to the caller; then it is forwarded to the backend with the proxy's own credential,
 //! and the response streams back unbuffered.
 
@@ -117,11 +118,11 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn reject_token(
+async fn reject_token<T>(
     app: &App,
     reason: &'static str,
     err: GatewayError,
-) -> Result<Forwarded, GatewayError> {
+) -> Result<T, GatewayError> {
     // No token of ours (none, one we never issued, one in the query string): anonymous,
     // counted per source and minute (`audit::aggregate`) and never stored one by one. A token
     // we did issue (wrong audience, expired, revoked, short of scope, its person gone) is an
@@ -143,20 +144,45 @@ async fn reject_token(
     Err(err)
 }
 
-/// Handles one `/mcp` request.
-pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayError> {
-    if let Some(origin) = header(&req.headers, "origin")
+/// A caller authenticated from the request's head alone: origin, bearer token, audience,
+/// scopes and standing with GitHub all checked. Only [`authenticate`] makes one, and the
+/// body of an `/mcp` request is read only once it exists (`http/mcp.rs`), so a stranger's
+/// body is never buffered.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::gateway::Authenticated;
+/// // Private fields: the witness cannot be built outside its module.
+/// fn forge(token: mcp_oauth_proxy::bindings::audience::Audienced<
+///     mcp_oauth_proxy::store::records::AccessTokenRecord>) -> Authenticated {
+///     Authenticated { token, standing: mcp_oauth_proxy::flows::admission::Verdict::Admitted }
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Authenticated {
+    token: Audienced<AccessTokenRecord>,
+    standing: Verdict,
+}
+
+/// The checks of an `/mcp` request that need only its head, in order: origin, no token in
+/// the query, a bearer token live for this resource, a backend, the required scopes, the
+/// person's standing. Every refusal is answered without reading a byte of the body.
+pub async fn authenticate(
+    app: &App,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Authenticated, GatewayError> {
+    if let Some(origin) = header(headers, "origin")
         && !origin_allowed(app, origin)
     {
         return Err(GatewayError::ForbiddenOrigin);
     }
-    let in_query = req.query.as_deref().is_some_and(|q| {
+    let in_query = query.is_some_and(|q| {
         url::form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "access_token")
     });
     if in_query {
         return reject_token(app, "in_query", GatewayError::TokenInQuery).await;
     }
-    let Some(bearer) = header(&req.headers, "authorization").and_then(|v| {
+    let Some(bearer) = header(headers, "authorization").and_then(|v| {
         let (scheme, token) = v.split_once(' ')?;
         scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
     }) else {
@@ -210,7 +236,20 @@ pub async fn handle(app: &App, req: McpRequest) -> Result<Forwarded, GatewayErro
         }
         Verdict::Unavailable => return Err(GatewayError::StandingUnverifiable),
     }
+    Ok(Authenticated { token, standing })
+}
 
+/// Handles one `/mcp` request of an [`authenticate`]d caller: its session and request state,
+/// GitHub access, then the backend.
+pub async fn handle(
+    app: &App,
+    caller: Authenticated,
+    req: McpRequest,
+) -> Result<Forwarded, GatewayError> {
+    let Authenticated { token, standing } = caller;
+    let Some(backend) = app.config.backend.as_ref() else {
+        return Err(GatewayError::NoBackend);
+    };
     let inbound = if req.method == Method::POST {
         jsonrpc::inspect_request(&req.body)
     } else {

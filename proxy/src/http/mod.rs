@@ -6,7 +6,9 @@
 mod api;
 mod browser;
 pub mod client_ip;
+pub mod conn;
 mod durable;
+pub mod edge;
 pub mod error;
 mod headers;
 mod mcp;
@@ -29,7 +31,7 @@ use crate::limits::Endpoint;
 
 /// Largest request body accepted anywhere (registration, forms).
 const MAX_BODY: usize = 64 * 1024;
-/// Largest MCP request body forwarded.
+/// Largest MCP request body forwarded; read only once the caller is authenticated (mcp.rs).
 const MAX_MCP_BODY: usize = 4 * 1024 * 1024;
 
 /// The proxy's routes.
@@ -146,10 +148,8 @@ pub fn router(app: App) -> Router {
             HeaderName::from_static("mcp-protocol-version"),
         ])
         .max_age(std::time::Duration::from_secs(86_400));
-    let gateway = Router::new()
-        .route("/mcp", any(mcp::mcp))
-        .layer(DefaultBodyLimit::max(MAX_MCP_BODY))
-        .layer(mcp_cors);
+    // No body limit layer: the handler reads the body itself, after authentication.
+    let gateway = Router::new().route("/mcp", any(mcp::mcp)).layer(mcp_cors);
     let https = !app.config.public_url.is_http();
     let drain = app.drain.clone();
     let routes = api
@@ -186,7 +186,8 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-/// Serves until `shutdown` resolves, then lets in-flight requests finish.
+/// Serves until `shutdown` resolves, then lets in-flight requests finish; every connection
+/// within `[server]`'s edge limits (conn.rs).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: App,
@@ -200,30 +201,19 @@ pub async fn serve(
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
     });
-    // The peer address reaches handlers as `ConnectInfo<SocketAddr>` (client IP for rate limits
-    // and audit, with forwarded headers trusted only from configured proxies).
-    axum::serve(
-        listener,
-        router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let limits = app.config.edge;
+    let trusted = app.config.trusted_proxies.clone();
+    conn::serve(listener, router(app), limits, trusted, shutdown).await
 }
 
 /// [`serve`] over TLS: the listener completes handshakes (and sets TCP_NODELAY) before
-/// connections reach axum; graceful shutdown and `ConnectInfo<SocketAddr>` are the same.
+/// connections are counted and served; shutdown and limits are the same.
 pub async fn serve_tls(
     listener: crate::tls::TlsListener,
     app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // `tap_io` is what gives a custom listener's peer address to `ConnectInfo`.
-    let listener = listener.tap_io(|_| {});
-    axum::serve(
-        listener,
-        router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let limits = app.config.edge;
+    let trusted = app.config.trusted_proxies.clone();
+    conn::serve(listener, router(app), limits, trusted, shutdown).await
 }
