@@ -58,6 +58,29 @@ async fn unused_registration_is_reaped_after_its_ttl_and_a_used_one_is_kept() {
     assert!(exists(&proxy, &used.id).await);
 }
 
+/// A flood of identical registrations from one egress IP (an AI platform's users, or an
+/// attacker) keeps the dedupe list at its bound: each registration reads at most that many
+/// others, not every one made within the authorization window.
+#[tokio::test]
+async fn registration_flood_from_one_address_keeps_the_dedupe_list_at_its_bound() {
+    let proxy = behind_trusted_proxy("[registration]\nmax_identical_per_ip = 3\n").await;
+    let b = body("Claude", "http://127.0.0.1/callback");
+    for _ in 0..40 {
+        let r = register_as(&proxy, Some("203.0.113.9"), None, &b).await;
+        assert_eq!(r.status, 201, "{:?}", r.json);
+    }
+    assert_eq!(proxy.count(Keyspace::Clients).await, 40, "all accepted");
+    let lists = proxy
+        .app
+        .store
+        .scan_prefix(Keyspace::ClientDedupe, "")
+        .await
+        .unwrap();
+    assert_eq!(lists.len(), 1);
+    let list: serde_json::Value = serde_json::from_slice(&lists[0].1.value).unwrap();
+    assert_eq!(list["clients"].as_array().unwrap().len(), 3, "{list}");
+}
+
 #[tokio::test]
 async fn identical_reregistrations_from_one_address_do_not_pile_up() {
     let proxy = behind_trusted_proxy("[registration]\nmax_identical_per_ip = 2\n").await;

@@ -190,7 +190,13 @@ async fn index_and_evict(
         }
         let room = live.len() < max;
         let mut clients: Vec<ClientId> = live.into_iter().map(|(id, _, _)| id).collect();
-        clients.push(new.clone());
+        // Without room, `new` lives only for the authorization window unless it gets a code
+        // (and a used registration is never evicted), so it need not be listed. That keeps
+        // the list, and the reads each registration makes, at `max`: listing every young one
+        // made a flood from one egress IP re-read thousands per registration.
+        if room {
+            clients.push(new.clone());
+        }
         let value = crate::store::encode(&DedupeRecord { clients })?;
         let written = match &current {
             None => {
