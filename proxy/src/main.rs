@@ -163,7 +163,11 @@ fn main() -> ExitCode {
     telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ (run::StartError::Keys(_) | run::StartError::Store { .. })) => {
+        Err(
+            e @ (run::StartError::Config(_)
+            | run::StartError::Keys(_)
+            | run::StartError::Store { .. }),
+        ) => {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_USAGE)
         }
