@@ -74,7 +74,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
     };
     let listen = bound(&listeners.main)?;
     let admin_listen = bound(&listeners.admin)?;
-    let dir = tempfile::tempdir().map_err(|e| StartError::Keys(e.to_string()))?;
+    let dir = tempfile::tempdir().map_err(|e| StartError::Demo(format!("temporary store: {e}")))?;
     let public_url = format!("http://{listen}");
     let client_id = "demo-client-id";
     let client_secret = "demo-client-secret";
@@ -87,8 +87,8 @@ pub async fn run(opts: DemoOptions) -> Result<(), StartError> {
     .map_err(|e| StartError::Demo(format!("fake GitHub: {e}")))?;
     // The demo backend exchanges its short-lived proxy token for the person's GitHub token
     // (RFC 8693) with a secret generated for this run.
-    let backend_secret =
-        crate::crypto::random_token().map_err(|e| StartError::Keys(e.to_string()))?;
+    let backend_secret = crate::crypto::random_token()
+        .map_err(|e| StartError::Demo(format!("backend secret: {e}")))?;
     let backend = DemoBackend::start_with_exchange(
         BackendConfig {
             github_api_url: github.api_url(),
@@ -134,7 +134,7 @@ exchange_client_secret = "{backend_secret}"
         store = dir.path().join("store").display(),
         backend = backend.url(),
     );
-    let config = Config::from_toml(&toml, &NoEnv).map_err(|e| StartError::Keys(e.to_string()))?;
+    let config = Config::from_toml(&toml, &NoEnv)?;
     let app = run::prepare(config, Arc::new(SystemClock)).await?;
     println!(
         "\nmcp-oauth-proxy demo (offline)\n\n  MCP server URL:        {public_url}/mcp\n  Authorization server:  {public_url}\n  Account page:          {public_url}/account\n  Fake GitHub:           {gh}\n  Demo MCP backend:      {be} (tools: whoami, list_repos, slow_count)\n  Metrics and health:    http://{admin}/metrics, /healthz, /readyz\n  Data (temporary):      {store}\n\nPoint an MCP client at the MCP server URL. When the browser reaches the fake GitHub,\npick a test user: alice or bob (members of the org acme, admitted) or mallory (outside acme:\nrefused, to show admission working). Press Ctrl-C to stop.\n",

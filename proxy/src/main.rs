@@ -9,8 +9,9 @@ use clap::{Parser, Subcommand};
 use mcp_oauth_proxy::config::{Config, ProcessEnv};
 use mcp_oauth_proxy::run;
 
-/// EX_CONFIG-style exit code for configuration errors (sysexits EX_USAGE).
-const EXIT_CONFIG: u8 = 64;
+/// Exit code of a bad command line or configuration: sysexits' `EX_USAGE` (64; `EX_CONFIG`
+/// would be 78, but 64 is the documented code operators' units and scripts rely on).
+const EXIT_USAGE: u8 = 64;
 
 #[derive(Parser)]
 #[command(
@@ -78,7 +79,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(EXIT_CONFIG)
+                ExitCode::from(EXIT_USAGE)
             } else {
                 ExitCode::SUCCESS
             };
@@ -95,7 +96,7 @@ fn main() -> ExitCode {
             Ok(c) => Some(c),
             Err(e) => {
                 eprintln!("{e}");
-                return ExitCode::from(EXIT_CONFIG);
+                return ExitCode::from(EXIT_USAGE);
             }
         },
         #[cfg(feature = "demo")]
@@ -118,7 +119,7 @@ fn main() -> ExitCode {
         Ok(t) => t,
         Err(e) => {
             eprintln!("{e}");
-            return ExitCode::from(EXIT_CONFIG);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -162,9 +163,13 @@ fn main() -> ExitCode {
     telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ (run::StartError::Keys(_) | run::StartError::Store { .. })) => {
+        Err(
+            e @ (run::StartError::Config(_)
+            | run::StartError::Keys(_)
+            | run::StartError::Store { .. }),
+        ) => {
             eprintln!("error: {e}");
-            ExitCode::from(EXIT_CONFIG)
+            ExitCode::from(EXIT_USAGE)
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -17,6 +17,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// A start-up failure, reported before serving.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A configuration built at start (the demo's) is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// Keys could not be loaded or generated.
     #[error("keys: {0}")]
     Keys(String),

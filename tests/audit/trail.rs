@@ -178,3 +178,47 @@ async fn responses_carry_the_request_id_of_their_events() {
         .unwrap();
     assert_ne!(r.headers()["x-request-id"], "chosen-by-client");
 }
+
+/// A failed request has one id: the one its error page shows for support is its
+/// `X-Request-Id` and the request id of the audit event it left.
+#[tokio::test]
+async fn an_error_page_shows_the_request_id_of_its_header_and_audit_event() {
+    // The operator narrowed `[github] scopes`; GitHub completes the sign-in with the broader
+    // authorization alice gave before, so the callback refuses it (audited) with a page.
+    let proxy = TestProxy::start_with(crate::support::Options {
+        github_scopes: Some(r#"["read:user"]"#.to_owned()),
+        ..crate::support::Options::default()
+    })
+    .await;
+    proxy.github.set_skip_grants_whole_authorization(true);
+    proxy.github.authorize_app("alice", &["read:user", "repo"]);
+    let client = Client::register(&proxy, "Rid", "https://rid.example/cb").await;
+    let browser = Browser::new();
+    let page = browser
+        .navigate(
+            &client.authorize_url(&proxy, &Pkce::new(), "s", &[]),
+            "none",
+        )
+        .await;
+    let gh = approve(&proxy, &browser, &page).await;
+    let back = browser.through_github(&gh, "alice").await;
+    let cb = browser
+        .navigate(&back.location().unwrap(), "cross-site")
+        .await;
+    assert_eq!(cb.status, 403, "{}", cb.body);
+    let header = cb.headers["x-request-id"].to_str().unwrap().to_owned();
+    assert!(header.len() >= 16);
+    let shown = cb
+        .body
+        .split("<code class=\"mono\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</code>").next())
+        .unwrap_or_default();
+    assert_eq!(shown, header, "the page shows the response's request id");
+    let trail = records(&proxy).await;
+    let rejected = trail
+        .iter()
+        .find(|r| r.kind == "callback_rejected")
+        .expect("the refusal is audited");
+    assert_eq!(rejected.request_id.as_deref(), Some(header.as_str()));
+}

@@ -9,16 +9,17 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
 
 use crate::bindings::session_binding::BadTransportHeader;
-use crate::crypto;
 use crate::flows::register::Refusal;
 use crate::flows::{FlowError, PageProblem, pages};
 use crate::gateway::GatewayError;
 use crate::oauth::error::{ErrorCode, OAuthError};
 
+/// The id of the request being answered: the one in its `X-Request-Id` header, its log span
+/// and its audit events (`http/request_id.rs` sets it for every request), so the id a person
+/// quotes from an error page finds that request's trail. Outside a request (or when the id
+/// could not be generated) there is none to show.
 fn request_id() -> String {
-    crypto::random_bytes::<8>()
-        .map(|b| crypto::b64url(&b))
-        .unwrap_or_else(|_| "unavailable".to_owned())
+    crate::audit::request_id::current().unwrap_or_else(|| "unavailable".to_owned())
 }
 
 /// Logs an internal failure and returns the id shown to the caller.
