@@ -1837,6 +1837,7 @@ async fn crash_test(bin: PathBuf) {
     )
     .unwrap();
 
+    #[allow(clippy::disallowed_methods)] // the test's client, not the proxy's outbound traffic
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(REQUEST_TIMEOUT)

@@ -186,6 +186,7 @@ pub fn tempdir(prefix: &str) -> tempfile::TempDir {
 }
 
 /// An HTTP client that never follows redirects; one per simulated browser or connection.
+#[allow(clippy::disallowed_methods)] // the benchmark's client, not the proxy's outbound traffic
 pub fn http() -> reqwest::Client {
     mcp_oauth_proxy::install_crypto_provider();
     reqwest::Client::builder()

@@ -25,6 +25,7 @@ async fn fake() -> FakeGitHub {
 
 /// One shared client (building one loads the platform roots, which is slow). Idle pooling is
 /// off because every `#[tokio::test]` has its own runtime.
+#[allow(clippy::disallowed_methods)] // a test client, not the proxy's outbound traffic
 fn client() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT

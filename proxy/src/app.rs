@@ -126,7 +126,7 @@ impl App {
         let offered_scopes = ScopeSet::from_list(config.github.scopes.iter().cloned());
         let backend_http = match &config.backend {
             Some(b) => Some(
-                crate::gateway::forward::backend_client(b)
+                crate::outbound::backend(std::time::Duration::from_secs(b.connect_timeout_secs))
                     .map_err(|e| AppError::Backend(e.without_url().to_string()))?,
             ),
             None => None,

@@ -24,6 +24,7 @@ pub mod ids;
 pub mod limits;
 pub mod metrics;
 pub mod oauth;
+pub mod outbound;
 pub mod run;
 pub mod session;
 pub mod shutdown;

@@ -141,6 +141,7 @@ async fn connection_cap_per_source_leaves_other_sources_served() {
     );
 
     // Another source is served, over several connections.
+    #[allow(clippy::disallowed_methods)] // the test's client, not the proxy's outbound traffic
     let other_client = reqwest::Client::builder()
         .local_address(std::net::IpAddr::V4(other))
         .pool_max_idle_per_host(0)

@@ -65,6 +65,7 @@ fn client(addr: SocketAddr, trusted: &[&TestCert]) -> reqwest::Client {
 
 /// [`client`], connecting from `source` (another loopback address is another host to the
 /// server; Linux routes all of 127/8 to loopback).
+#[allow(clippy::disallowed_methods)] // the test's client, not the proxy's outbound traffic
 fn client_from(
     addr: SocketAddr,
     trusted: &[&TestCert],

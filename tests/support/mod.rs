@@ -326,6 +326,7 @@ path = "/nonexistent-tests-use-a-temporary-store"
 }
 
 /// A reqwest client that never follows redirects.
+#[allow(clippy::disallowed_methods)] // the test's browser, not the proxy's outbound traffic
 pub fn http() -> reqwest::Client {
     mcp_oauth_proxy::install_crypto_provider();
     reqwest::Client::builder()

@@ -23,6 +23,7 @@ const V2025: &str = "2025-11-25";
 const V2026: &str = "2026-07-28";
 
 /// One shared client; idle pooling is off because every `#[tokio::test]` has its own runtime.
+#[allow(clippy::disallowed_methods)] // a test client, not the proxy's outbound traffic
 fn client() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT

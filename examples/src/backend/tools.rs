@@ -23,6 +23,7 @@ const USER_AGENT: &str = "mcp-oauth-proxy-demo-backend";
 pub(crate) const INVALID_PARAMS: i64 = -32602;
 
 /// The client for GitHub's REST API: no redirects, bounded time.
+#[allow(clippy::disallowed_methods)] // the demo backend's client, not the proxy's
 pub(crate) fn github_client() -> reqwest::Result<reqwest::Client> {
     // reqwest is built with `rustls-no-provider`; even plain http needs one installed.
     let _ = rustls::crypto::ring::default_provider().install_default();

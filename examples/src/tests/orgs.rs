@@ -595,6 +595,7 @@ async fn rate_limits_answer_like_github_and_recover_at_reset() {
 async fn outages_drop_connections_answer_503_or_hang() {
     let gh = fake().await;
     let t = token(&gh, "alice", "").await;
+    #[allow(clippy::disallowed_methods)] // a test client, not the proxy's outbound traffic
     let keep_alive = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -24,6 +24,7 @@ use crate::clock::SharedClock;
 use crate::config::WebhookConfig;
 use crate::crypto;
 use crate::metrics::Metrics;
+use crate::outbound;
 
 /// Ordinary events being delivered at once.
 const EVENT_SLOTS: usize = 4;
@@ -131,18 +132,13 @@ impl Webhook {
     ) -> Result<Webhook, String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "no async runtime to run webhook deliveries on".to_owned())?;
-        let builder = reqwest::Client::builder()
-            .timeout(Duration::from_secs(config.timeout_secs))
-            .redirect(reqwest::redirect::Policy::none());
         // Only the proxy configured here, never one from the environment (HTTP(S)_PROXY set
         // for other traffic): deliveries carry the webhook URL, often with a secret in it.
-        let builder = match &config.proxy {
-            Some(proxy) => builder.proxy(
-                reqwest::Proxy::all(proxy.as_str()).map_err(|e| e.without_url().to_string())?,
-            ),
-            None => builder.no_proxy(),
-        };
-        let http = builder.build().map_err(|e| e.without_url().to_string())?;
+        let http = outbound::webhook(
+            Duration::from_secs(config.timeout_secs),
+            config.proxy.as_ref(),
+        )
+        .map_err(|e| e.without_url().to_string())?;
         let (events, events_rx) = mpsc::channel(config.queue_size);
         let (alerts, alerts_rx) = mpsc::channel(config.queue_size);
         let shared = Arc::new(Shared {

@@ -2,13 +2,13 @@
 //! `audit verify` found problems, 2 the request was refused or failed, 64 usage.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use url::Url;
 
 use crate::ids::AdminToken;
+use crate::outbound::{self, AdminExchange};
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -293,19 +293,14 @@ async fn request(
     call: Call,
     bounded: bool,
 ) -> Result<reqwest::Response, String> {
-    crate::install_crypto_provider();
     // No proxy from the environment: the request carries the admin token, and a proxy set
-    // for other traffic (HTTP_PROXY) would see it.
-    let builder = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(60));
-    let builder = if bounded {
-        builder.timeout(Duration::from_secs(60))
+    // for other traffic (HTTP_PROXY) would see it (`outbound::admin_cli`).
+    let exchange = if bounded {
+        AdminExchange::Bounded
     } else {
-        builder.read_timeout(Duration::from_secs(60))
+        AdminExchange::Streamed
     };
-    let http = builder.build().map_err(|e| e.to_string())?;
+    let http = outbound::admin_cli(exchange).map_err(|e| e.to_string())?;
     let req = match call {
         Call::Get(path, query) => {
             let mut url = endpoint(base, &path)?;

@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use url::{Host, Url};
 
 use crate::clock::UnixTime;
+use crate::outbound;
 
 /// The largest document read (CIMD -01 §6.6 recommends 5 KB).
 pub const MAX_BODY_BYTES: usize = 5 * 1024;
@@ -295,18 +296,13 @@ impl Fetcher {
         if !budgeted {
             return Err(FetchError::RateLimited);
         }
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(self.policy.timeout)
-            .timeout(self.policy.timeout)
-            .dns_resolver(Arc::new(NoResolution))
-            .user_agent(concat!("mcp-oauth-proxy/", env!("CARGO_PKG_VERSION")));
-        if let Some(Host::Domain(name)) = url.host() {
-            // Pin the name to the checked addresses: reqwest uses these, never DNS.
-            builder = builder.resolve_to_addrs(name, &addrs);
-        }
-        let client = builder.build().map_err(|_| FetchError::Unreachable)?;
+        // Pinned to the checked addresses, no DNS, never through a proxy (`outbound`).
+        let pinned = match url.host() {
+            Some(Host::Domain(name)) => Some((name, addrs.as_slice())),
+            _ => None,
+        };
+        let client = outbound::metadata_document(self.policy.timeout, pinned)
+            .map_err(|_| FetchError::Unreachable)?;
         let mut resp = client
             .get(url.clone())
             .header(reqwest::header::ACCEPT, "application/json")
@@ -341,20 +337,6 @@ impl Fetcher {
         Ok(Fetched {
             body,
             cache_control,
-        })
-    }
-}
-
-/// A DNS resolver that never resolves: every name the client may reach is pinned with
-/// `resolve_to_addrs`, so reaching this means a name was not checked.
-struct NoResolution;
-
-impl reqwest::dns::Resolve for NoResolution {
-    fn resolve(&self, _name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        Box::pin(async {
-            Err::<reqwest::dns::Addrs, _>(Box::<dyn std::error::Error + Send + Sync>::from(
-                "unpinned name",
-            ))
         })
     }
 }

@@ -21,7 +21,6 @@ use crate::audit::AuditEvent;
 use crate::bindings::audience::Audienced;
 use crate::bindings::session_binding::{self, SessionChecked};
 use crate::bindings::upstream_auth::{self, BackendCredential};
-use crate::config::BackendConfig;
 use crate::store::records::AccessTokenRecord;
 use crate::telemetry::span as telemetry;
 
@@ -76,18 +75,6 @@ impl Forwarded {
             context,
         }
     }
-}
-
-/// The HTTP client toward the backend: no redirects, a connect timeout and no overall timeout
-/// (streams may last hours), no compression.
-pub fn backend_client(b: &BackendConfig) -> Result<reqwest::Client, reqwest::Error> {
-    crate::install_crypto_provider();
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(std::time::Duration::from_secs(b.connect_timeout_secs))
-        .tcp_nodelay(true)
-        .user_agent(concat!("mcp-oauth-proxy/", env!("CARGO_PKG_VERSION")))
-        .build()
 }
 
 /// Sends the request to the backend and prepares the streamed response.

@@ -17,6 +17,7 @@ use crate::bindings::admission::{Membership, Question};
 use crate::clock::UnixTime;
 use crate::config::GitHubConfig;
 use crate::ids::{GitHubLogin, GitHubRefreshToken, GitHubToken, PkceVerifier, UpstreamState};
+use crate::outbound;
 
 type OAuthClient =
     BasicClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointSet>;
@@ -85,18 +86,6 @@ pub struct GitHubClient {
     config: GitHubConfig,
 }
 
-/// Builds the outbound HTTP client: no redirects, timeouts, fixed user agent.
-pub fn http_client(timeout_secs: u64) -> Result<reqwest::Client, GitHubError> {
-    crate::install_crypto_provider();
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(timeout_secs))
-        .connect_timeout(Duration::from_secs(timeout_secs.min(5)))
-        .user_agent(concat!("mcp-oauth-proxy/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| GitHubError::Unavailable(e.to_string()))
-}
-
 fn transport(e: &reqwest::Error) -> GitHubError {
     GitHubError::Unavailable(if e.is_timeout() {
         "timeout".to_owned()
@@ -117,7 +106,8 @@ impl GitHubClient {
             .set_auth_type(AuthType::RequestBody);
         Ok(GitHubClient {
             oauth,
-            http: http_client(config.timeout_secs)?,
+            http: outbound::github(Duration::from_secs(config.timeout_secs))
+                .map_err(|e| GitHubError::Unavailable(e.to_string()))?,
             config,
         })
     }

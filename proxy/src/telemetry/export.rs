@@ -1,5 +1,5 @@
-//! The OTLP exporter's HTTP client: the project's outbound `reqwest` client (no redirects,
-//! timeouts, our user agent), run on the exporter's own runtime. The SDK's batch processor
+//! The OTLP exporter's HTTP client: `outbound::telemetry` (no redirects, timeouts, our user
+//! agent), run on the exporter's own runtime. The SDK's batch processor
 //! exports from a plain thread (`futures_executor::block_on`), where `reqwest` has no reactor;
 //! each request is therefore spawned onto `runtime` and awaited from there.
 
@@ -23,7 +23,7 @@ impl OtlpHttp {
         timeout: Duration,
         runtime: tokio::runtime::Handle,
     ) -> Result<OtlpHttp, TelemetryError> {
-        let client = crate::github::client::http_client(timeout.as_secs().max(1))
+        let client = crate::outbound::telemetry(timeout)
             .map_err(|e| TelemetryError(format!("HTTP client: {e}")))?;
         Ok(OtlpHttp { client, runtime })
     }
