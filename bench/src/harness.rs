@@ -98,6 +98,9 @@ pub async fn start(opts: Options<'_>) -> Proxy {
 [server]
 public_url = "{base}"
 listen = "{addr}"
+# One load generator on one address: the per-source connection cap would cut it off.
+max_connections = 65536
+max_connections_per_source = 65536
 [github]
 client_id = "{GH_CLIENT_ID}"
 client_secret = "{GH_CLIENT_SECRET}"
@@ -192,6 +195,10 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(4)
+        // Below the proxy's keep-alive cut-off (an idle HTTP/1.1 connection is closed at
+        // `[server] header_read_timeout_secs`, default 10 s), as any well-behaved client keeps
+        // it: reusing a connection the server is closing fails the request.
+        .pool_idle_timeout(std::time::Duration::from_secs(5))
         .tcp_nodelay(true)
         .build()
         .expect("http client")
