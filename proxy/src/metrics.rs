@@ -486,6 +486,13 @@ impl Metrics {
     }
 }
 
+/// The store's timing wrapper (`store::MeteredStore`) reports here.
+impl crate::store::OpObserver for Metrics {
+    fn store_op(&self, op: &'static str, took: Duration) {
+        Metrics::store_op(self, op, took);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,5 +563,26 @@ mod tests {
         assert!(text.contains("mcp_proxy_webhook_deliveries_total{result=\"failed\"} 1"));
         assert!(text.contains("mcp_proxy_webhook_dropped_total 1"));
         assert!(text.contains("mcp_proxy_store_operation_duration_seconds_count{op=\"get\"} 1"));
+    }
+
+    #[tokio::test]
+    async fn metered_store_operations_are_exposed() {
+        use crate::clock::{ManualClock, UnixTime};
+        use crate::store::{MeteredStore, SharedStore, SledStore, Store};
+        let m = Metrics::new();
+        let inner: SharedStore =
+            Arc::new(SledStore::temporary(ManualClock::new(UnixTime(1_000))).unwrap());
+        let store = MeteredStore::new(inner, m.clone());
+        store.sweep_expired().await.unwrap();
+        store.flush().await.unwrap();
+        let text = m.render().unwrap();
+        for op in ["sweep_expired", "flush"] {
+            assert!(
+                text.contains(&format!(
+                    "mcp_proxy_store_operation_duration_seconds_count{{op=\"{op}\"}} 1"
+                )),
+                "{op}"
+            );
+        }
     }
 }

@@ -14,7 +14,7 @@
 //! let forged = Admitted { user_id: mcp_oauth_proxy::ids::UserId::github(1) };
 //! ```
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::clock::UnixTime;
 use crate::ids::UserId;
@@ -379,27 +379,9 @@ pub fn decide(
     }))
 }
 
-/// A person's standing as last established with GitHub (stored per person).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Standing {
-    /// Admitted, and GitHub honoured their token.
-    Admitted,
-    /// GitHub no longer honours their token (revoked at GitHub, or SSO authorization needed):
-    /// the next tool call gets a reconnect link.
-    TokenBroken,
-}
-
-/// When standing was last asked and answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StandingCheck {
-    /// The answer.
-    pub standing: Standing,
-    /// When GitHub was last asked (answered or not).
-    pub checked_at: UnixTime,
-    /// When GitHub last answered.
-    pub verified_at: UnixTime,
-}
+/// A person's standing, and when it was last asked and answered: stored per person, so the
+/// types live with the other records.
+pub use crate::store::records::{Standing, StandingCheck};
 
 /// What to do about a person's standing now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

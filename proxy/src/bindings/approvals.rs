@@ -17,8 +17,9 @@ use crate::store::records::{ClientApprovalsRecord, SeenHostRecord};
 
 /// Distinct counted approvers after which a redirect host is no longer "new".
 pub const KNOWN_HOST_APPROVERS: usize = 2;
-/// Approvers remembered per host and per client.
-pub const MAX_REMEMBERED_APPROVERS: usize = 8;
+/// Approvers remembered per host and per client (a bound on the stored lists, so the store
+/// defines it).
+pub use crate::store::approvals::MAX_REMEMBERED_APPROVERS;
 
 /// What decides whether approvals count.
 #[derive(Debug, Clone, Copy)]

@@ -452,11 +452,8 @@ impl GitHubConfig {
     }
 }
 
-/// Default size of sled's page cache, MiB: sled's own default (1 GiB), now stated and
-/// configurable. A smaller cache bounds memory but makes token checks on a store larger than
-/// the cache several times slower (BENCHMARKS.md: 1M tokens, 128 MiB: 245 MB resident, checks
-/// about 10× the 10k-token cost; 1 GiB: about 1.1 GB, 2.4×).
-pub const DEFAULT_SLED_CACHE_MB: u64 = 1024;
+/// Default size of sled's page cache, MiB (defined by the store, which opens sled with it).
+pub use crate::store::DEFAULT_SLED_CACHE_MB;
 /// Accepted `store.cache_mb`.
 const SLED_CACHE_MB_RANGE: std::ops::RangeInclusive<u64> = 4..=65_536;
 

@@ -7,12 +7,12 @@
 //! that retried, or refreshed from two egress IPs); any older token is reuse and revokes the
 //! whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::UnixTime;
 use crate::crypto::{self, CryptoError};
-use crate::ids::{AccessToken, AuthCode, ClientId, ClientSecret, FamilyId, RefreshToken};
-use crate::store::records::FamilyRecord;
+use crate::ids::{AccessToken, AuthCode, ClientId, ClientSecret, FamilyId, RefreshToken, UserId};
+use crate::oauth::scope::ScopeSet;
 
 /// Prefix of access tokens.
 pub const ACCESS_PREFIX: &str = "mcpat_";
@@ -93,6 +93,39 @@ pub fn new_client_secret() -> Result<ClientSecret, CryptoError> {
         "{CLIENT_SECRET_PREFIX}{}",
         crypto::random_token()?
     )))
+}
+
+/// One authorization's refresh-token family, as stored (`store::records` re-exports it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FamilyRecord {
+    /// Id (embedded in its refresh tokens).
+    pub family_id: FamilyId,
+    /// The person.
+    pub user_id: UserId,
+    /// The client.
+    pub client_id: ClientId,
+    /// Scopes.
+    pub scopes: ScopeSet,
+    /// Audience.
+    pub resource: String,
+    /// Hash of the refresh token that is currently valid (a list for older records).
+    pub current: Vec<String>,
+    /// Hash of the immediately previous token, honoured until `rotated_at + grace`.
+    pub previous: Option<String>,
+    /// Hashes of older tokens of this family (bounded): presenting one is reuse. A token
+    /// that was never issued is merely unknown and changes nothing.
+    #[serde(default)]
+    pub retired: Vec<String>,
+    /// The current token, sealed (AES-256-GCM, token-encryption key, family id as associated
+    /// data), kept for replays of `previous` inside the grace window.
+    #[serde(default)]
+    pub replay: Option<String>,
+    /// When `previous` was replaced.
+    pub rotated_at: UnixTime,
+    /// When the family started.
+    pub created_at: UnixTime,
+    /// Revoked families stay as tombstones until they expire, so reuse is still recognised.
+    pub revoked: bool,
 }
 
 /// What presenting a refresh token means for its family.
@@ -213,8 +246,6 @@ impl std::fmt::Debug for TokenResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::UserId;
-    use crate::oauth::scope::ScopeSet;
 
     fn family() -> FamilyRecord {
         FamilyRecord {

@@ -5,9 +5,11 @@
 
 use super::records::{ClientApproval, ClientApprovalsRecord, SeenHostRecord};
 use super::{Keyspace, Store, StoreError, StoreExt};
-use crate::bindings::approvals::MAX_REMEMBERED_APPROVERS;
 use crate::clock::UnixTime;
 use crate::ids::ClientId;
+
+/// Approvers remembered per host and per client (`bindings::approvals` re-exports it).
+pub const MAX_REMEMBERED_APPROVERS: usize = 8;
 
 /// The approvers recorded for a redirect host.
 pub async fn seen_host(

@@ -28,9 +28,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::clock::UnixTime;
-pub use metered::MeteredStore;
+pub use metered::{MeteredStore, OpObserver};
 pub use postgres::PgStore;
 pub use sled_store::SledStore;
+
+/// Default size of sled's page cache, MiB: sled's own default (1 GiB), now stated and
+/// configurable. A smaller cache bounds memory but makes token checks on a store larger than
+/// the cache several times slower (BENCHMARKS.md: 1M tokens, 128 MiB: 245 MB resident, checks
+/// about 10× the 10k-token cost; 1 GiB: about 1.1 GB, 2.4×).
+pub const DEFAULT_SLED_CACHE_MB: u64 = 1024;
 
 /// The keyspaces (tables). Names are stable on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -209,38 +209,9 @@ pub struct UsedCodeRecord {
     pub completed: bool,
 }
 
-/// One authorization's refresh-token family.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FamilyRecord {
-    /// Id (embedded in its refresh tokens).
-    pub family_id: FamilyId,
-    /// The person.
-    pub user_id: UserId,
-    /// The client.
-    pub client_id: ClientId,
-    /// Scopes.
-    pub scopes: ScopeSet,
-    /// Audience.
-    pub resource: String,
-    /// Hash of the refresh token that is currently valid (a list for older records).
-    pub current: Vec<String>,
-    /// Hash of the immediately previous token, honoured until `rotated_at + grace`.
-    pub previous: Option<String>,
-    /// Hashes of older tokens of this family (bounded): presenting one is reuse. A token
-    /// that was never issued is merely unknown and changes nothing.
-    #[serde(default)]
-    pub retired: Vec<String>,
-    /// The current token, sealed (AES-256-GCM, token-encryption key, family id as associated
-    /// data), kept for replays of `previous` inside the grace window.
-    #[serde(default)]
-    pub replay: Option<String>,
-    /// When `previous` was replaced.
-    pub rotated_at: UnixTime,
-    /// When the family started.
-    pub created_at: UnixTime,
-    /// Revoked families stay as tombstones until they expire, so reuse is still recognised.
-    pub revoked: bool,
-}
+/// One authorization's refresh-token family: defined with the rotation rule it obeys
+/// (`oauth::grant`, protocol logic without I/O), stored here unchanged.
+pub use crate::oauth::grant::FamilyRecord;
 
 /// An access token, stored under its hash.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -418,6 +389,28 @@ pub struct BackendTokenRecord {
     /// `None` in records from before this field: such a token never exchanges.
     #[serde(default)]
     pub family_id: Option<FamilyId>,
+}
+
+/// A person's standing as last established with GitHub (stored per person).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Standing {
+    /// Admitted, and GitHub honoured their token.
+    Admitted,
+    /// GitHub no longer honours their token (revoked at GitHub, or SSO authorization needed):
+    /// the next tool call gets a reconnect link.
+    TokenBroken,
+}
+
+/// When standing was last asked and answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandingCheck {
+    /// The answer.
+    pub standing: Standing,
+    /// When GitHub was last asked (answered or not).
+    pub checked_at: UnixTime,
+    /// When GitHub last answered.
+    pub verified_at: UnixTime,
 }
 
 /// Records from before `redirect_uri_explicit` existed: the strict reading.

@@ -88,9 +88,9 @@ fn unpack(raw: &[u8]) -> Option<Versioned> {
 
 impl SledStore {
     /// Opens (or creates) a store in `path` with the default page cache
-    /// ([`crate::config::DEFAULT_SLED_CACHE_MB`]).
+    /// ([`super::DEFAULT_SLED_CACHE_MB`]).
     pub fn open(path: &Path, clock: SharedClock) -> Result<SledStore, StoreError> {
-        SledStore::open_with_cache(path, crate::config::DEFAULT_SLED_CACHE_MB << 20, clock)
+        SledStore::open_with_cache(path, super::DEFAULT_SLED_CACHE_MB << 20, clock)
     }
 
     /// Opens (or creates) a store in `path` whose page cache holds at most about

@@ -1,8 +1,8 @@
 //! Each person's standing with GitHub as the admission binding last established it, by user
 //! id. Callers name the person; the key layout stays here. Not a secret: ids and times only.
 
+use super::records::StandingCheck;
 use super::{Keyspace, Store, StoreError, StoreExt};
-use crate::bindings::admission::StandingCheck;
 use crate::ids::UserId;
 
 /// The person's last standing check, if any.
