@@ -7,7 +7,7 @@ use crate::cookies;
 use crate::crypto::{self, CryptoError};
 use crate::ids::{GitHubLogin, SessionToken, UserId};
 use crate::store::records::SessionRecord;
-use crate::store::{Keyspace, Store, StoreError, StoreExt};
+use crate::store::{Store, StoreError, sessions};
 
 /// A signed-in browser.
 #[derive(Debug, Clone)]
@@ -49,9 +49,12 @@ pub async fn current(
     cookie: Option<&str>,
 ) -> Result<Option<Session>, StoreError> {
     let Some(value) = cookie else { return Ok(None) };
-    let token_hash = SessionToken::new(value).hash();
-    let rec: Option<SessionRecord> = store.get_json(Keyspace::Sessions, &token_hash).await?;
-    Ok(rec.map(|record| Session { token_hash, record }))
+    let token = SessionToken::new(value);
+    let rec = sessions::get(store, &token).await?;
+    Ok(rec.map(|record| Session {
+        token_hash: token.hash(),
+        record,
+    }))
 }
 
 /// Starts a session; returns its `Set-Cookie`.
@@ -68,14 +71,7 @@ pub async fn start(
         login,
         auth_time: now,
     };
-    store
-        .put_json(
-            Keyspace::Sessions,
-            &token.hash(),
-            &rec,
-            Some(now.plus(policy.max_age_secs)),
-        )
-        .await?;
+    sessions::put(store, &token, &rec, now.plus(policy.max_age_secs)).await?;
     Ok(cookies::set(
         cookies::SESSION_COOKIE,
         token.secret(),
@@ -85,9 +81,7 @@ pub async fn start(
 
 /// Ends a session; returns the clearing `Set-Cookie`.
 pub async fn end(store: &dyn Store, session: &Session) -> Result<String, StoreError> {
-    store
-        .remove(Keyspace::Sessions, &session.token_hash)
-        .await?;
+    sessions::remove(store, &session.token_hash).await?;
     Ok(cookies::clear(cookies::SESSION_COOKIE))
 }
 

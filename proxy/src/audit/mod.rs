@@ -11,26 +11,18 @@ pub mod source;
 pub mod verify;
 pub mod webhook;
 
-use crate::clock::{SharedClock, UnixTime};
+use crate::clock::SharedClock;
 use crate::crypto;
 use crate::ids::{ClientId, FamilyId, UserId};
 use crate::metrics::Metrics;
-use crate::store::{Keyspace, SharedStore, StoreError, StoreExt};
+use crate::store::{SharedStore, StoreError, audit_log};
 
 /// Reading the trail in windows of this many seconds (about 28 hours) bounds what export and
-/// tail hold in memory at once. A power of ten: see [`Audit::window`].
-pub const WINDOW_SECS: u64 = 100_000;
-/// Trailing key digits a window spans (`WINDOW_SECS` = 10^5).
-const WINDOW_DIGITS: usize = 5;
+/// tail hold in memory at once; a window is a key prefix, so the store defines it.
+pub use crate::store::audit_log::WINDOW_SECS;
 
 /// Keep audit events this long.
 const RETENTION_SECS: u64 = 90 * 86_400;
-
-/// Orders events recorded within the same second by this process (keys sort as text).
-fn next_seq() -> u64 {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1_000_000_000_000
-}
 
 /// Something security-relevant happened.
 #[derive(Debug, Clone, Serialize)]
@@ -428,28 +420,13 @@ pub struct Audit {
 }
 
 /// Where [`Audit::page`] continues (opaque).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditCursor(String);
+pub use crate::store::audit_log::Cursor as AuditCursor;
 
 /// Events per page when the whole trail is read (export, verify).
 pub const PAGE_SIZE: usize = 500;
 
 /// A stored event.
-#[derive(Debug, Serialize, serde::Deserialize)]
-pub struct AuditRecord {
-    /// Event id.
-    pub id: String,
-    /// When.
-    pub at: UnixTime,
-    /// The HTTP request it happened in (`X-Request-Id`), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
-    /// The event kind (same as `event.event`).
-    #[serde(default)]
-    pub kind: String,
-    /// The event as JSON.
-    pub event: serde_json::Value,
-}
+pub use crate::store::records::AuditRecord;
 
 impl Audit {
     /// New sink, with default alert thresholds and no webhook.
@@ -580,14 +557,7 @@ impl Audit {
             kind,
             event: json,
         };
-        self.store
-            .put_json(
-                Keyspace::Audit,
-                &format!("{:020}-{:012}-{id}", at.0, next_seq()),
-                &rec,
-                Some(at.plus(RETENTION_SECS)),
-            )
-            .await?;
+        audit_log::append(self.store.as_ref(), &rec, at.plus(RETENTION_SECS)).await?;
         // Only once the write is durable (inside a batched request, after its final flush):
         // what the webhook sends is always in the trail.
         if let Some(hook) = &self.webhook {
@@ -622,17 +592,7 @@ impl Audit {
 
     /// The stored events of window `w` (times `w * WINDOW_SECS ..` the next), oldest first.
     pub async fn window(&self, w: u64) -> Result<Vec<AuditRecord>, StoreError> {
-        // Keys start with the time as 20 digits; WINDOW_SECS is a power of ten, so one window
-        // is exactly the keys sharing its first digits.
-        let start = format!("{:020}", w.saturating_mul(WINDOW_SECS));
-        let prefix = start.get(..20 - WINDOW_DIGITS).unwrap_or(&start);
-        Ok(self
-            .store
-            .scan_json(Keyspace::Audit, prefix)
-            .await?
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect())
+        audit_log::window(self.store.as_ref(), w).await
     }
 
     /// The next at most `limit` stored events after `cursor` (from the oldest with `None`),
@@ -643,40 +603,19 @@ impl Audit {
         cursor: Option<&AuditCursor>,
         limit: usize,
     ) -> Result<(Vec<AuditRecord>, Option<AuditCursor>), StoreError> {
-        let rows = self
-            .store
-            .scan_page(
-                Keyspace::Audit,
-                "",
-                cursor.map(|c| c.0.as_str()),
-                limit.max(1),
-            )
-            .await?;
-        let next = (rows.len() >= limit.max(1))
-            .then(|| rows.last().map(|(k, _)| AuditCursor(k.clone())))
-            .flatten();
-        let records = rows
-            .into_iter()
-            .map(|(_, v)| crate::store::decode(Keyspace::Audit, &v.value))
-            .collect::<Result<Vec<AuditRecord>, StoreError>>()?;
-        Ok((records, next))
+        audit_log::page(self.store.as_ref(), cursor, limit).await
     }
 
     /// All stored events, oldest first.
     pub async fn all(&self) -> Result<Vec<AuditRecord>, StoreError> {
-        Ok(self
-            .store
-            .scan_json(Keyspace::Audit, "")
-            .await?
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect())
+        audit_log::all(self.store.as_ref()).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::UnixTime;
 
     /// Position of `e`'s variant. No wildcard arm: a new variant does not compile until it is
     /// listed here, and then the test below fails until it has a sample too.

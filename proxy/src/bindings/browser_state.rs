@@ -9,7 +9,7 @@ use crate::clock::UnixTime;
 use crate::crypto::{self, Key};
 use crate::ids::{PkceVerifier, UpstreamState};
 use crate::store::records::{FlowPurpose, UpstreamStateRecord};
-use crate::store::{Keyspace, Store, StoreError, StoreExt};
+use crate::store::{Store, StoreError, upstream_states};
 
 /// Lifetime of an upstream state.
 pub const STATE_TTL_SECS: u64 = consent_cookie::TTL_SECS;
@@ -88,14 +88,8 @@ pub async fn begin(
         },
         now,
     );
-    let fresh = store
-        .insert_json(
-            Keyspace::UpstreamStates,
-            &state.hash(),
-            &record,
-            Some(now.plus(STATE_TTL_SECS)),
-        )
-        .await?;
+    let fresh =
+        upstream_states::insert_new(store, &state, &record, now.plus(STATE_TTL_SECS)).await?;
     if !fresh {
         // 256 random bits collided: treat as a random-source failure rather than reuse a record.
         return Err(StateError::Crypto(crypto::CryptoError::Random));
@@ -117,8 +111,7 @@ pub async fn take(
     cookie: Option<&str>,
 ) -> Result<BrowserBound<UpstreamStateRecord>, StateError> {
     let state = UpstreamState::new(state.ok_or(StateError::Missing)?);
-    let record: UpstreamStateRecord = store
-        .take_json(Keyspace::UpstreamStates, &state.hash())
+    let record = upstream_states::take(store, &state)
         .await?
         .ok_or(StateError::Unknown)?;
     let (purpose_tag, client_id) = record.binding();

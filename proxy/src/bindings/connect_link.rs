@@ -13,8 +13,9 @@ use crate::crypto::{self, Key};
 use crate::ids::{ClientId, UserId};
 use crate::oauth::scope::ScopeSet;
 use crate::session::Session;
-use crate::store::records::{AccessTokenRecord, ConnectIndexRecord, ConnectLinkRecord, LinkKind};
-use crate::store::{Keyspace, Store, StoreError, StoreExt};
+use crate::store::links::{self, LinkKey};
+use crate::store::records::{AccessTokenRecord, ConnectLinkRecord, LinkKind};
+use crate::store::{Store, StoreError};
 
 /// The only service today.
 pub const GITHUB: &str = "github";
@@ -22,10 +23,6 @@ pub const GITHUB: &str = "github";
 /// The code of a link, derived from its id.
 pub fn code_for(key: &Key, link_id: &str) -> String {
     crypto::b64url(&key.mac(&[b"mcp-oauth-proxy/connect-link/v1", link_id.as_bytes()]))
-}
-
-fn index_key(user: &UserId, client: &ClientId, service: &str) -> String {
-    format!("{}|{}|{service}", user.as_str(), client.as_str())
 }
 
 /// A link as handed to an agent.
@@ -75,14 +72,9 @@ pub async fn request(
     scopes: &ScopeSet,
 ) -> Result<IssuedLink, StoreError> {
     let (user, client) = (who.user, who.client);
-    let ikey = index_key(user, client, GITHUB);
-    if let Some(open) = store
-        .get_json::<ConnectIndexRecord>(Keyspace::ConnectLinkIndex, &ikey)
-        .await?
-    {
-        let live: Option<ConnectLinkRecord> = store
-            .get_json(Keyspace::ConnectLinks, &open.code_hash)
-            .await?;
+    if let Some(open) = links::open(store, user, client, GITHUB).await? {
+        let open = LinkKey::of_open(&open);
+        let live = links::get(store, &open).await?;
         match live {
             Some(l) if l.kind == kind && l.scopes.covers(scopes) => {
                 return Ok(IssuedLink {
@@ -94,11 +86,7 @@ pub async fn request(
                 });
             }
             // Another kind (or more scopes): the old code must stop working.
-            Some(_) => {
-                store
-                    .remove(Keyspace::ConnectLinks, &open.code_hash)
-                    .await?
-            }
+            Some(_) => links::remove(store, &open).await?,
             None => {}
         }
     }
@@ -106,7 +94,7 @@ pub async fn request(
         &crypto::random_bytes::<16>().map_err(|e| StoreError::Backend(e.to_string()))?,
     );
     let code = code_for(key, &link_id);
-    let code_hash = crypto::hash_secret(&code);
+    let stored_at = LinkKey::of_code(&code);
     let expires_at = now.plus(ttl_secs);
     let rec = ConnectLinkRecord {
         link_id: link_id.clone(),
@@ -118,17 +106,8 @@ pub async fn request(
         created_at: now,
         expires_at,
     };
-    store
-        .put_json(Keyspace::ConnectLinks, &code_hash, &rec, Some(expires_at))
-        .await?;
-    let idx = ConnectIndexRecord {
-        link_id: link_id.clone(),
-        kind,
-        code_hash,
-    };
-    store
-        .put_json(Keyspace::ConnectLinkIndex, &ikey, &idx, Some(expires_at))
-        .await?;
+    links::put(store, &stored_at, &rec).await?;
+    links::put_open(store, &stored_at, &rec).await?;
     Ok(IssuedLink {
         path: format!("/connect/{code}"),
         link_id,
@@ -143,7 +122,7 @@ pub async fn request(
 #[derive(Debug)]
 pub struct OpenedBy {
     link: ConnectLinkRecord,
-    code_hash: String,
+    stored_at: LinkKey,
 }
 
 impl OpenedBy {
@@ -189,11 +168,8 @@ pub async fn open(
     now: UnixTime,
     max_sign_in_age_secs: u64,
 ) -> Result<Opened, StoreError> {
-    let code_hash = crypto::hash_secret(code);
-    let Some(link) = store
-        .get_json::<ConnectLinkRecord>(Keyspace::ConnectLinks, &code_hash)
-        .await?
-    else {
+    let stored_at = LinkKey::of_code(code);
+    let Some(link) = links::get(store, &stored_at).await? else {
         return Ok(Opened::NotFound);
     };
     let Some(s) = session else {
@@ -213,25 +189,17 @@ pub async fn open(
             link_id: link.link_id,
         });
     }
-    Ok(Opened::Owner(OpenedBy { link, code_hash }))
+    Ok(Opened::Owner(OpenedBy { link, stored_at }))
 }
 
 /// Closes a link (completed or declined): its code becomes unknown.
 pub async fn close(store: &dyn Store, opened: OpenedBy) -> Result<ConnectLinkRecord, StoreError> {
-    store
-        .remove(Keyspace::ConnectLinks, &opened.code_hash)
-        .await?;
-    let ikey = index_key(
-        &opened.link.user_id,
-        &opened.link.client_id,
-        &opened.link.service,
-    );
-    if let Some(idx) = store
-        .get_json::<ConnectIndexRecord>(Keyspace::ConnectLinkIndex, &ikey)
-        .await?
-        && idx.link_id == opened.link.link_id
+    links::remove(store, &opened.stored_at).await?;
+    let l = &opened.link;
+    if let Some(idx) = links::open(store, &l.user_id, &l.client_id, &l.service).await?
+        && idx.link_id == l.link_id
     {
-        store.remove(Keyspace::ConnectLinkIndex, &ikey).await?;
+        links::remove_open(store, &l.user_id, &l.client_id, &l.service).await?;
     }
     Ok(opened.link)
 }
@@ -243,11 +211,10 @@ pub async fn reopen_by_id(
     key: &Key,
     link_id: &str,
 ) -> Result<Option<OpenedBy>, StoreError> {
-    let code_hash = crypto::hash_secret(&code_for(key, link_id));
-    Ok(store
-        .get_json::<ConnectLinkRecord>(Keyspace::ConnectLinks, &code_hash)
+    let stored_at = LinkKey::of_code(&code_for(key, link_id));
+    Ok(links::get(store, &stored_at)
         .await?
-        .map(|link| OpenedBy { link, code_hash }))
+        .map(|link| OpenedBy { link, stored_at }))
 }
 
 #[cfg(test)]

@@ -8,11 +8,10 @@
 use super::browser_state::BrowserBound;
 use super::redirect::RedirectMatched;
 use crate::clock::UnixTime;
-use crate::crypto;
 use crate::ids::{ClientId, UserId};
 use crate::oauth::scope::ScopeSet;
 use crate::store::records::{ConsentRecord, UpstreamStateRecord};
-use crate::store::{Keyspace, Store, StoreError, StoreExt};
+use crate::store::{Store, StoreError, consents};
 
 /// Proof that this person consented to this client, redirect URI and scopes. Only this module
 /// makes one.
@@ -38,35 +37,6 @@ impl ConsentGranted {
     }
 }
 
-fn key(user: &UserId, client: &ClientId, registered_redirect: &str) -> String {
-    format!(
-        "{}|{}|{}",
-        user.as_str(),
-        client.as_str(),
-        crypto::hash_secret(registered_redirect)
-    )
-}
-
-fn user_prefix(user: &UserId) -> String {
-    format!("{}|", user.as_str())
-}
-
-/// The consent rows of exactly one (person, client): after `user|client|` comes the redirect
-/// hash alone, so a legacy client id containing `|` cannot match another client's prefix.
-async fn client_rows(
-    store: &dyn Store,
-    user: &UserId,
-    client: &ClientId,
-) -> Result<Vec<(String, crate::store::Versioned)>, StoreError> {
-    let prefix = format!("{}{}|", user_prefix(user), client.as_str());
-    let mut rows = store.scan_prefix(Keyspace::Consents, &prefix).await?;
-    rows.retain(|(k, _)| {
-        k.get(prefix.len()..)
-            .is_some_and(|rest| !rest.contains('|'))
-    });
-    Ok(rows)
-}
-
 /// Whether a stored consent was given for the client as it is now. Records from before
 /// fingerprints can only be for registered clients (the only kind there was), whose
 /// metadata never changes.
@@ -89,8 +59,7 @@ pub async fn lookup(
     scopes: &ScopeSet,
     fingerprint: &str,
 ) -> Result<Option<ConsentGranted>, StoreError> {
-    let k = key(user, redirect.client_id(), redirect.registered());
-    let rec: Option<ConsentRecord> = store.get_json(Keyspace::Consents, &k).await?;
+    let rec = consents::get(store, user, redirect.client_id(), redirect.registered()).await?;
     Ok(rec
         .filter(|r| {
             r.user_id == *user
@@ -116,8 +85,7 @@ pub async fn record(
     fingerprint: &str,
     _approved_in_this_browser: &BrowserBound<UpstreamStateRecord>,
 ) -> Result<ConsentGranted, StoreError> {
-    let k = key(user, redirect.client_id(), redirect.registered());
-    let previous: Option<ConsentRecord> = store.get_json(Keyspace::Consents, &k).await?;
+    let previous = consents::get(store, user, redirect.client_id(), redirect.registered()).await?;
     // The person approved `scopes` now and whatever the earlier record holds before, as long
     // as that was for the same client metadata.
     let union = match &previous {
@@ -135,7 +103,7 @@ pub async fn record(
         last_used_at: previous.and_then(|p| p.last_used_at),
         client_fingerprint: Some(fingerprint.to_owned()),
     };
-    store.put_json(Keyspace::Consents, &k, &rec, None).await?;
+    consents::put(store, &rec).await?;
     Ok(ConsentGranted {
         user_id: user.clone(),
         redirect,
@@ -151,17 +119,11 @@ pub async fn touch(
     user: &UserId,
     client: &ClientId,
 ) -> Result<(), StoreError> {
-    for (k, version) in client_rows(store, user, client).await? {
-        let mut rec: ConsentRecord = crate::store::decode(Keyspace::Consents, &version.value)?;
+    for held in consents::hold_of_client(store, user, client).await? {
+        let mut rec = held.value().clone();
         rec.last_used_at = Some(now);
-        let next = crate::store::Versioned {
-            value: crate::store::encode(&rec)?,
-            expires_at: version.expires_at,
-        };
-        // A lost swap means the record changed or vanished: leave it as it is.
-        store
-            .compare_and_swap(Keyspace::Consents, &k, &version, Some(next))
-            .await?;
+        // One attempt: a lost swap means the record changed or vanished; leave it as it is.
+        held.swap(store, &rec, held.expires_at()).await?;
     }
     Ok(())
 }
@@ -173,17 +135,12 @@ pub async fn exists_for_client(
     user: &UserId,
     client: &ClientId,
 ) -> Result<bool, StoreError> {
-    Ok(!client_rows(store, user, client).await?.is_empty())
+    consents::exists_for_client(store, user, client).await
 }
 
 /// All of a person's consents.
 pub async fn list(store: &dyn Store, user: &UserId) -> Result<Vec<ConsentRecord>, StoreError> {
-    Ok(store
-        .scan_json::<ConsentRecord>(Keyspace::Consents, &user_prefix(user))
-        .await?
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect())
+    consents::of_user(store, user).await
 }
 
 /// Forgets every consent a person gave one client; returns how many.
@@ -192,11 +149,7 @@ pub async fn revoke_client(
     user: &UserId,
     client: &ClientId,
 ) -> Result<usize, StoreError> {
-    let rows = client_rows(store, user, client).await?;
-    for (k, _) in &rows {
-        store.remove(Keyspace::Consents, k).await?;
-    }
-    Ok(rows.len())
+    consents::remove_of_client(store, user, client).await
 }
 
 #[cfg(test)]
@@ -232,15 +185,7 @@ mod tests {
             last_used_at: None,
             client_fingerprint: fingerprint.map(str::to_owned),
         };
-        store
-            .put_json(
-                Keyspace::Consents,
-                &key(user, r.client_id(), r.registered()),
-                &rec,
-                None,
-            )
-            .await
-            .unwrap();
+        consents::put(store, &rec).await.unwrap();
     }
 
     fn store() -> SledStore {

@@ -16,15 +16,13 @@
 //!   ([`SessionChecked::upstream`]): the session id only in versions that have sessions.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use serde::{Deserialize, Serialize};
 
 use super::audience::Audienced;
 use crate::clock::UnixTime;
-use crate::crypto;
 use crate::gateway::jsonrpc::Version;
 use crate::ids::{ClientId, UserId};
 use crate::store::records::AccessTokenRecord;
-use crate::store::{Keyspace, Store, StoreError, StoreExt};
+use crate::store::{Store, StoreError, mcp_sessions};
 
 /// The session id header.
 pub const SESSION_ID: &str = "mcp-session-id";
@@ -213,17 +211,7 @@ pub const SESSION_TTL_SECS: u64 = 7 * 86_400;
 pub const REQUEST_STATE_TTL_SECS: u64 = 3600;
 
 /// A stored session binding.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct SessionRecord {
-    /// The person.
-    pub user_id: UserId,
-    /// The client.
-    pub client_id: ClientId,
-    /// Whether `initialize` declared URL elicitation (2025-11-25).
-    pub url_elicitation: bool,
-    /// When it was bound.
-    pub created_at: UnixTime,
-}
+pub use crate::store::records::McpSessionRecord as SessionRecord;
 
 /// A session presented by the right person and client. Only this module makes one.
 #[derive(Debug, Clone)]
@@ -248,14 +236,6 @@ fn owner(token: &Audienced<AccessTokenRecord>) -> (&UserId, &ClientId) {
     (&token.get().user_id, &token.get().client_id)
 }
 
-fn session_key(id: &str) -> String {
-    crypto::hash_secret(id)
-}
-
-fn state_key(state: &str) -> String {
-    crypto::hash_secret(state)
-}
-
 /// Records the session the backend just minted for this token's person and client. A session
 /// id already bound to someone else is not re-bound (returns false).
 pub async fn bind_session(
@@ -272,19 +252,10 @@ pub async fn bind_session(
         url_elicitation,
         created_at: now,
     };
-    let key = session_key(session_id);
-    if store
-        .insert_json(
-            Keyspace::McpSessions,
-            &key,
-            &rec,
-            Some(now.plus(SESSION_TTL_SECS)),
-        )
-        .await?
-    {
+    if mcp_sessions::insert_new(store, session_id, &rec, now.plus(SESSION_TTL_SECS)).await? {
         return Ok(true);
     }
-    let existing: Option<SessionRecord> = store.get_json(Keyspace::McpSessions, &key).await?;
+    let existing = mcp_sessions::get(store, session_id).await?;
     Ok(existing.is_some_and(|e| e.user_id == rec.user_id && e.client_id == rec.client_id))
 }
 
@@ -295,9 +266,7 @@ pub async fn check_session(
     token: &Audienced<AccessTokenRecord>,
 ) -> Result<Result<SessionBound, UnknownHandle>, StoreError> {
     let (user_id, client_id) = owner(token);
-    let rec: Option<SessionRecord> = store
-        .get_json(Keyspace::McpSessions, &session_key(session_id))
-        .await?;
+    let rec = mcp_sessions::get(store, session_id).await?;
     let id = HeaderValue::from_str(session_id).ok();
     Ok(match (rec, id) {
         (Some(rec), Some(id)) if rec.user_id == *user_id && rec.client_id == *client_id => {
@@ -310,7 +279,7 @@ pub async fn check_session(
 /// Forgets a session (after the backend confirmed a DELETE).
 pub async fn forget_session(store: &dyn Store, bound: &SessionBound) -> Result<(), StoreError> {
     let id = bound.id.to_str().unwrap_or_default();
-    store.remove(Keyspace::McpSessions, &session_key(id)).await
+    mcp_sessions::remove(store, id).await
 }
 
 /// Records a `requestState` the backend returned to this token's person and client.
@@ -327,14 +296,7 @@ pub async fn bind_request_state(
         url_elicitation: false,
         created_at: now,
     };
-    store
-        .put_json(
-            Keyspace::RequestStates,
-            &state_key(state),
-            &rec,
-            Some(now.plus(REQUEST_STATE_TTL_SECS)),
-        )
-        .await
+    mcp_sessions::put_request_state(store, state, &rec, now.plus(REQUEST_STATE_TTL_SECS)).await
 }
 
 /// Checks a `requestState` a client echoed back.
@@ -344,9 +306,7 @@ pub async fn check_request_state(
     token: &Audienced<AccessTokenRecord>,
 ) -> Result<Result<(), UnknownHandle>, StoreError> {
     let (user_id, client_id) = owner(token);
-    let rec: Option<SessionRecord> = store
-        .get_json(Keyspace::RequestStates, &state_key(state))
-        .await?;
+    let rec = mcp_sessions::request_state(store, state).await?;
     Ok(match rec {
         Some(r) if r.user_id == *user_id && r.client_id == *client_id => Ok(()),
         _ => Err(UnknownHandle),

@@ -25,7 +25,7 @@ use crate::ids::ClientId;
 use crate::oauth::registration::ApplicationType;
 use crate::oauth::scope::ScopeSet;
 use crate::store::records::{CimdClientRecord, ClientRecord};
-use crate::store::{Keyspace, SharedStore, StoreError, StoreExt, Versioned, encode};
+use crate::store::{self, Entry, SharedStore, Step, StoreError, cimd_clients};
 
 use cimd::CimdError;
 use fetch::{Familiarity, FetchError, FetchPolicy, Fetcher, Resolver};
@@ -37,6 +37,11 @@ const MAX_CACHED: usize = 1024;
 pub const STALE_IF_ERROR_SECS: u64 = 86_400;
 /// Compare-and-swap attempts on one metadata-document record.
 const RECORD_ATTEMPTS: usize = 8;
+
+/// Every attempt at a metadata-document record lost a race.
+fn contended() -> ClientsError {
+    StoreError::Backend("metadata-document record contended".to_owned()).into()
+}
 
 /// Where a client's identity comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +207,7 @@ impl Directory {
         if cimd::is_url_client_id(id.as_str()) {
             return self.document(id, from).await.map(Some);
         }
-        let rec: Option<ClientRecord> = self.store.get_json(Keyspace::Clients, id.as_str()).await?;
+        let rec = store::clients::get(self.store.as_ref(), id).await?;
         Ok(rec.map(|record| ResolvedClient {
             fingerprint: fingerprint(&record),
             record,
@@ -228,13 +233,10 @@ impl Directory {
             return Ok(Some(preregistered(c).record));
         }
         if cimd::is_url_client_id(id.as_str()) {
-            let seen: Option<CimdClientRecord> = self
-                .store
-                .get_json(Keyspace::CimdClients, id.as_str())
-                .await?;
+            let seen = cimd_clients::get(self.store.as_ref(), id).await?;
             return Ok(seen.map(|s| s.client));
         }
-        self.store.get_json(Keyspace::Clients, id.as_str()).await
+        store::clients::get(self.store.as_ref(), id).await
     }
 
     /// A metadata-document client got its first code: its record is kept for good (until
@@ -243,27 +245,22 @@ impl Directory {
         if !cimd::is_url_client_id(id.as_str()) {
             return Ok(());
         }
-        for _ in 0..RECORD_ATTEMPTS {
-            let Some(v) = self.store.get(Keyspace::CimdClients, id.as_str()).await? else {
-                return Ok(());
-            };
-            if v.expires_at.is_none() {
-                return Ok(());
-            }
-            let kept = Versioned {
-                value: v.value.clone(),
-                expires_at: None,
-            };
-            if self
-                .store
-                .compare_and_swap(Keyspace::CimdClients, id.as_str(), &v, Some(kept))
-                .await?
-            {
-                return Ok(());
-            }
+        let done = cimd_clients::update(
+            self.store.as_ref(),
+            id,
+            RECORD_ATTEMPTS,
+            |current| async move {
+                Ok::<_, StoreError>(match current {
+                    Some(c) if c.expires_at.is_some() => Step::SetExpiry(None, ()),
+                    _ => Step::Keep(()),
+                })
+            },
+        )
+        .await?;
+        if done.is_none() {
+            // Not fatal: the record may expire and the client then looks new again.
+            tracing::warn!(client_id = %id, "metadata-document record contended; not marked used");
         }
-        // Not fatal: the record may expire and the client then looks new again.
-        tracing::warn!(client_id = %id, "metadata-document record contended; not marked used");
         Ok(())
     }
 
@@ -273,46 +270,38 @@ impl Directory {
     pub async fn block(&self, id: &ClientId) -> Result<bool, ClientsError> {
         self.forget(id.as_str());
         let now = self.clock.now();
-        for _ in 0..RECORD_ATTEMPTS {
-            let current: Option<(CimdClientRecord, Versioned)> = self
-                .store
-                .get_versioned(Keyspace::CimdClients, id.as_str())
-                .await?;
-            let done = match current {
-                Some((rec, _)) if rec.blocked_at.is_some() => return Ok(false),
-                Some((mut rec, version)) => {
-                    rec.blocked_at = Some(now);
-                    let next = Versioned {
-                        value: encode(&rec)?,
-                        expires_at: None,
-                    };
-                    self.store
-                        .compare_and_swap(Keyspace::CimdClients, id.as_str(), &version, Some(next))
-                        .await?
-                }
-                None => {
-                    // Never seen (or its record expired): block it ahead of any fetch.
-                    cimd::parse_url(
-                        id.as_str(),
-                        self.policy.dangerously_allow_loopback_for_development,
-                    )?;
-                    let rec = CimdClientRecord {
-                        first_seen: now,
-                        client: placeholder(id, now),
-                        changed_at: Some(now),
-                        validated_at: None,
-                        blocked_at: Some(now),
-                    };
-                    self.store
-                        .insert_json(Keyspace::CimdClients, id.as_str(), &rec, None)
-                        .await?
-                }
-            };
-            if done {
-                return Ok(true);
-            }
-        }
-        Err(StoreError::Backend("metadata-document record contended".to_owned()).into())
+        cimd_clients::update(
+            self.store.as_ref(),
+            id,
+            RECORD_ATTEMPTS,
+            move |current| async move {
+                Ok::<_, ClientsError>(match current {
+                    Some(c) if c.value.blocked_at.is_some() => Step::Keep(false),
+                    // Blocked for good: no longer expires.
+                    Some(Entry { mut value, .. }) => {
+                        value.blocked_at = Some(now);
+                        Step::PutUntil(value, None, true)
+                    }
+                    None => {
+                        // Never seen (or its record expired): block it ahead of any fetch.
+                        cimd::parse_url(
+                            id.as_str(),
+                            self.policy.dangerously_allow_loopback_for_development,
+                        )?;
+                        let rec = CimdClientRecord {
+                            first_seen: now,
+                            client: placeholder(id, now),
+                            changed_at: Some(now),
+                            validated_at: None,
+                            blocked_at: Some(now),
+                        };
+                        Step::PutUntil(rec, None, true)
+                    }
+                })
+            },
+        )
+        .await?
+        .ok_or_else(contended)
     }
 
     /// Lifts an operator's block (the delete was a mistake): the blocked record is removed,
@@ -320,27 +309,20 @@ impl Directory {
     /// people are shown the new-client warning. `Ok(false)`: it was not blocked.
     pub async fn unblock(&self, id: &ClientId) -> Result<bool, ClientsError> {
         self.forget(id.as_str());
-        for _ in 0..RECORD_ATTEMPTS {
-            let current: Option<(CimdClientRecord, Versioned)> = self
-                .store
-                .get_versioned(Keyspace::CimdClients, id.as_str())
-                .await?;
-            let Some((rec, version)) = current else {
-                return Ok(false);
-            };
-            if rec.blocked_at.is_none() {
-                return Ok(false);
-            }
-            // Compare-and-swap: a record changed meanwhile is looked at again.
-            if self
-                .store
-                .compare_and_swap(Keyspace::CimdClients, id.as_str(), &version, None)
-                .await?
-            {
-                return Ok(true);
-            }
-        }
-        Err(StoreError::Backend("metadata-document record contended".to_owned()).into())
+        // Compare-and-swap: a record changed meanwhile is looked at again.
+        cimd_clients::update(
+            self.store.as_ref(),
+            id,
+            RECORD_ATTEMPTS,
+            |current| async move {
+                Ok::<_, ClientsError>(match current {
+                    Some(c) if c.value.blocked_at.is_some() => Step::Delete(true),
+                    _ => Step::Keep(false),
+                })
+            },
+        )
+        .await?
+        .ok_or_else(contended)
     }
 
     async fn document(
@@ -358,11 +340,8 @@ impl Directory {
         let now = self.clock.now();
         // The stored record before any cached copy: an operator's block, made on any
         // replica, wins at once.
-        let stored: Option<(CimdClientRecord, Versioned)> = self
-            .store
-            .get_versioned(Keyspace::CimdClients, id.as_str())
-            .await?;
-        if stored.as_ref().is_some_and(|(r, _)| r.blocked_at.is_some()) {
+        let stored = cimd_clients::get(self.store.as_ref(), id).await?;
+        if stored.as_ref().is_some_and(|r| r.blocked_at.is_some()) {
             self.forget(id.as_str());
             return Err(CimdError::Blocked.into());
         }
@@ -372,10 +351,7 @@ impl Directory {
         let host = url.host_str().unwrap_or_default().to_owned();
         // Errors and invalid documents return here, before anything is cached or stored.
         // A URL that produced a valid document before may use the fetch reserve.
-        let familiarity = if stored
-            .as_ref()
-            .is_some_and(|(r, _)| r.validated_at.is_some())
-        {
+        let familiarity = if stored.as_ref().is_some_and(|r| r.validated_at.is_some()) {
             Familiarity::Known
         } else {
             Familiarity::New
@@ -383,7 +359,7 @@ impl Directory {
         let fetched = match self.fetcher.fetch(&url, now, from, familiarity).await {
             Ok(f) => f,
             Err(e) if e.is_temporary() => {
-                if let Some((seen, _)) = &stored
+                if let Some(seen) = &stored
                     && let Some(validated) = seen.validated_at
                     && now.since(validated) <= STALE_IF_ERROR_SECS
                 {
@@ -412,7 +388,7 @@ impl Directory {
             application_type: m.application_type,
             registered_at: now,
         };
-        let record = self.store_valid(id, record, stored, now).await?;
+        let record = self.store_valid(id, record, now).await?;
         let client = ResolvedClient {
             fingerprint: fingerprint(&record),
             record,
@@ -436,65 +412,55 @@ impl Directory {
         &self,
         id: &ClientId,
         record: ClientRecord,
-        mut current: Option<(CimdClientRecord, Versioned)>,
         now: UnixTime,
     ) -> Result<ClientRecord, ClientsError> {
-        let fp = fingerprint(&record);
-        for _ in 0..RECORD_ATTEMPTS {
-            let written = match current {
-                None => {
-                    let fresh = CimdClientRecord {
-                        first_seen: now,
-                        client: record.clone(),
-                        changed_at: Some(now),
-                        validated_at: Some(now),
-                        blocked_at: None,
-                    };
-                    // Until its first code it expires like an unused registration.
-                    let expires = Some(now.plus(self.unused_ttl_secs));
-                    self.store
-                        .insert_json(Keyspace::CimdClients, id.as_str(), &fresh, expires)
-                        .await?
-                        .then(|| record.clone())
-                }
-                Some((seen, _)) if seen.blocked_at.is_some() => {
-                    self.forget(id.as_str());
-                    return Err(CimdError::Blocked.into());
-                }
-                Some((seen, version)) => {
-                    let changed_at = if fingerprint(&seen.client) == fp {
-                        seen.changed_at.unwrap_or(seen.first_seen)
-                    } else {
-                        now
-                    };
-                    let mut client = record.clone();
-                    client.registered_at = changed_at;
-                    let next = CimdClientRecord {
-                        first_seen: seen.first_seen,
-                        client: client.clone(),
-                        changed_at: Some(changed_at),
-                        validated_at: Some(now),
-                        blocked_at: None,
-                    };
-                    let v = Versioned {
-                        value: encode(&next)?,
-                        expires_at: version.expires_at,
-                    };
-                    self.store
-                        .compare_and_swap(Keyspace::CimdClients, id.as_str(), &version, Some(v))
-                        .await?
-                        .then_some(client)
-                }
-            };
-            if let Some(client) = written {
-                return Ok(client);
-            }
-            current = self
-                .store
-                .get_versioned(Keyspace::CimdClients, id.as_str())
-                .await?;
-        }
-        Err(StoreError::Backend("metadata-document record contended".to_owned()).into())
+        let fp = &fingerprint(&record);
+        let record = &record;
+        cimd_clients::update(
+            self.store.as_ref(),
+            id,
+            RECORD_ATTEMPTS,
+            move |current| async move {
+                Ok::<_, ClientsError>(match current {
+                    None => {
+                        let fresh = CimdClientRecord {
+                            first_seen: now,
+                            client: record.clone(),
+                            changed_at: Some(now),
+                            validated_at: Some(now),
+                            blocked_at: None,
+                        };
+                        // Until its first code it expires like an unused registration.
+                        let expires = Some(now.plus(self.unused_ttl_secs));
+                        Step::PutUntil(fresh, expires, record.clone())
+                    }
+                    Some(c) if c.value.blocked_at.is_some() => {
+                        self.forget(id.as_str());
+                        return Err(CimdError::Blocked.into());
+                    }
+                    Some(Entry { value: seen, .. }) => {
+                        let changed_at = if fingerprint(&seen.client) == *fp {
+                            seen.changed_at.unwrap_or(seen.first_seen)
+                        } else {
+                            now
+                        };
+                        let mut client = record.clone();
+                        client.registered_at = changed_at;
+                        let next = CimdClientRecord {
+                            first_seen: seen.first_seen,
+                            client: client.clone(),
+                            changed_at: Some(changed_at),
+                            validated_at: Some(now),
+                            blocked_at: None,
+                        };
+                        // Keeps its expiry: only a code makes it permanent.
+                        Step::Put(next, client)
+                    }
+                })
+            },
+        )
+        .await?
+        .ok_or_else(contended)
     }
 
     fn forget(&self, id: &str) {

@@ -5,8 +5,8 @@ use crate::app::App;
 use crate::bindings::audience::{self, AudienceRejection, Audienced};
 use crate::ids::AccessToken;
 use crate::oauth::grant;
-use crate::store::records::{AccessTokenRecord, FamilyRecord};
-use crate::store::{Keyspace, StoreError, StoreExt};
+use crate::store::records::AccessTokenRecord;
+use crate::store::{StoreError, access_tokens, families};
 
 /// How long an access token's record outlives its expiry, so that presenting it late is
 /// reported as expired rather than unknown.
@@ -34,20 +34,13 @@ pub async fn authenticate(
         return Ok(Err(TokenRejection::Unknown));
     }
     let token = AccessToken::new(bearer);
-    let Some(rec) = app
-        .store
-        .get_json::<AccessTokenRecord>(Keyspace::AccessTokens, &token.hash())
-        .await?
-    else {
+    let Some(rec) = access_tokens::get(app.store.as_ref(), &token).await? else {
         return Ok(Err(TokenRejection::Unknown));
     };
     if rec.expires_at <= app.clock.now() {
         return Ok(Err(TokenRejection::Expired));
     }
-    let fam: Option<FamilyRecord> = app
-        .store
-        .get_json(Keyspace::RefreshFamilies, rec.family_id.as_str())
-        .await?;
+    let fam = families::get(app.store.as_ref(), &rec.family_id).await?;
     if fam.is_none_or(|f| f.revoked) {
         return Ok(Err(TokenRejection::Revoked));
     }

@@ -19,9 +19,9 @@ use crate::clients::{ClientsError, cimd};
 use crate::crypto;
 use crate::flows::{github_access, revoke, token};
 use crate::github::grants::GitHubRevocation;
-use crate::ids::{ClientId, FamilyId, UserId};
+use crate::ids::{ClientId, UserId};
 use crate::store::records::{CimdClientRecord, ClientRecord};
-use crate::store::{Keyspace, StoreError, StoreExt};
+use crate::store::{self, StoreError, cimd_clients, consents, families};
 
 /// Most audit events `audit tail` returns at once.
 pub const MAX_TAIL: usize = 10_000;
@@ -176,18 +176,16 @@ pub async fn list_clients(app: &App, _: &Operator) -> Result<Vec<ClientView>, Ad
         .map(|c| ClientView::of(c, ClientSource::Configured))
         .collect();
     out.extend(
-        app.store
-            .scan_json::<ClientRecord>(Keyspace::Clients, "")
+        store::clients::all(app.store.as_ref())
             .await?
             .iter()
-            .map(|(_, c)| ClientView::of(c, ClientSource::Registered)),
+            .map(|c| ClientView::of(c, ClientSource::Registered)),
     );
     out.extend(
-        app.store
-            .scan_json::<CimdClientRecord>(Keyspace::CimdClients, "")
+        cimd_clients::all(app.store.as_ref())
             .await?
             .iter()
-            .map(|(_, d)| ClientView::of_document(d)),
+            .map(ClientView::of_document),
     );
     Ok(out)
 }
@@ -206,56 +204,22 @@ async fn find_client(app: &App, id: &ClientId) -> Result<ClientView, AdminError>
         return Ok(ClientView::of(&c, ClientSource::Configured));
     }
     if cimd::is_url_client_id(id.as_str()) {
-        let d: CimdClientRecord = app
-            .store
-            .get_json(Keyspace::CimdClients, id.as_str())
+        let d = cimd_clients::get(app.store.as_ref(), id)
             .await?
             .ok_or(AdminError::NotFound("client"))?;
         return Ok(ClientView::of_document(&d));
     }
-    let c: ClientRecord = app
-        .store
-        .get_json(Keyspace::Clients, id.as_str())
+    let c = store::clients::get(app.store.as_ref(), id)
         .await?
         .ok_or(AdminError::NotFound("client"))?;
     Ok(ClientView::of(&c, ClientSource::Registered))
-}
-
-/// `user|client|family` keys of the refresh-token families index, as parts.
-async fn families(
-    app: &App,
-    prefix: &str,
-) -> Result<Vec<(UserId, ClientId, FamilyId)>, AdminError> {
-    Ok(app
-        .store
-        .scan_prefix(Keyspace::UserFamilies, prefix)
-        .await?
-        .into_iter()
-        .filter_map(|(k, _)| parse_family_key(&k))
-        .collect())
-}
-
-/// Splits a `user|client|family` key. User ids (`github:<n>`) and family ids (base64url) never
-/// contain `|`, so the user ends at the first and the family starts after the last: a client
-/// id stored before `|` was refused in URL client ids still parses as a whole.
-fn parse_family_key(k: &str) -> Option<(UserId, ClientId, FamilyId)> {
-    let (user, rest) = k.split_once('|')?;
-    let (client, family) = rest.rsplit_once('|')?;
-    if user.is_empty() || client.is_empty() || family.is_empty() {
-        return None;
-    }
-    Some((
-        UserId::new(user),
-        ClientId::new(client),
-        FamilyId::new(family),
-    ))
 }
 
 /// One client, with how many people consented to it and how many token families it holds.
 pub async fn show_client(app: &App, _: &Operator, id: &ClientId) -> Result<Value, AdminError> {
     let client = find_client(app, id).await?;
     let consents = consents_of_client(app, id).await?.len();
-    let fams = families(app, "")
+    let fams = families::index_all(app.store.as_ref())
         .await?
         .into_iter()
         .filter(|(_, c, _)| c == id)
@@ -268,13 +232,11 @@ pub async fn show_client(app: &App, _: &Operator, id: &ClientId) -> Result<Value
 }
 
 async fn consents_of_client(app: &App, id: &ClientId) -> Result<Vec<UserId>, AdminError> {
-    Ok(app
-        .store
-        .scan_json::<crate::store::records::ConsentRecord>(Keyspace::Consents, "")
+    Ok(consents::all(app.store.as_ref())
         .await?
         .into_iter()
-        .filter(|(_, c)| &c.client_id == id)
-        .map(|(_, c)| c.user_id)
+        .filter(|c| &c.client_id == id)
+        .map(|c| c.user_id)
         .collect())
 }
 
@@ -354,16 +316,8 @@ pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Rev
             }
             Err(ClientsError::Store(e)) => return Err(e.into()),
         }
-    } else if app
-        .store
-        .get(Keyspace::Clients, id.as_str())
-        .await?
-        .is_some()
-    {
-        app.store.remove(Keyspace::Clients, id.as_str()).await?;
-        true
     } else {
-        false
+        store::clients::remove(app.store.as_ref(), id).await?
     };
     let mut consents = 0;
     let mut users = consents_of_client(app, id).await?;
@@ -372,7 +326,7 @@ pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Rev
         consents += consent_registry::revoke_client(app.store.as_ref(), user, id).await?;
     }
     let mut revoked = 0;
-    for (_, client, fam) in families(app, "").await? {
+    for (_, client, fam) in families::index_all(app.store.as_ref()).await? {
         if &client == id && token::revoke_family(app, &fam).await? {
             revoked += 1;
         }
@@ -589,7 +543,7 @@ impl ReadinessProbe {
 
 /// Checks readiness (no operator needed: it reveals nothing).
 pub async fn readiness(app: &App) -> Readiness {
-    let store = match app.store.get(Keyspace::Clients, "readyz-probe").await {
+    let store = match store::clients::probe(app.store.as_ref()).await {
         Ok(_) => true,
         Err(e) => {
             tracing::warn!(error = %e, "readiness: store read failed");
@@ -612,6 +566,7 @@ pub async fn readiness(app: &App) -> Readiness {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn only_ip_literals_and_localhost_reach_a_loopback_admin_listener() {
@@ -635,24 +590,6 @@ mod tests {
             "\u{fffd}",
         ] {
             assert!(!loopback_host_allowed(Some(rebinding)), "{rebinding}");
-        }
-    }
-
-    use super::*;
-
-    #[test]
-    fn family_keys_with_a_bar_in_the_client_id_parse_to_the_real_family() {
-        let (u, c, f) = parse_family_key("github:1|https://evil.example/x|y|fam123").unwrap();
-        assert_eq!(u.as_str(), "github:1");
-        assert_eq!(c.as_str(), "https://evil.example/x|y");
-        assert_eq!(f.as_str(), "fam123");
-        let (u, c, f) = parse_family_key("github:1|mcpc_abc|fam").unwrap();
-        assert_eq!(
-            (u.as_str(), c.as_str(), f.as_str()),
-            ("github:1", "mcpc_abc", "fam")
-        );
-        for bad in ["", "github:1", "github:1|fam", "|c|f", "u||f", "u|c|"] {
-            assert!(parse_family_key(bad).is_none(), "{bad}");
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::oauth::request::AuthorizeQuery;
 use crate::session;
 use crate::store::approvals as approval_store;
 use crate::store::records::TxnRecord;
-use crate::store::{Keyspace, StoreExt};
+use crate::store::transactions;
 
 /// How long a person has to decide on the consent page.
 pub const TXN_TTL_SECS: u64 = 600;
@@ -180,14 +180,7 @@ pub async fn authorize(
         created_at: now,
         confirm_shown_at_ms: None,
     };
-    app.store
-        .put_json(
-            Keyspace::Transactions,
-            txn_id.as_str(),
-            &txn,
-            Some(now.plus(TXN_TTL_SECS)),
-        )
-        .await?;
+    transactions::put(app.store.as_ref(), &txn_id, &txn, now.plus(TXN_TTL_SECS)).await?;
 
     app.audit
         .record(AuditEvent::ConsentShown {

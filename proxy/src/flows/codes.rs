@@ -18,8 +18,8 @@ use crate::oauth::grant;
 use crate::oauth::pkce::CodeChallenge;
 use crate::session::FreshSession;
 use crate::store::approvals as approval_store;
+use crate::store::codes;
 use crate::store::records::{ClientRecord, CodeRecord, UpstreamStateRecord};
-use crate::store::{Keyspace, StoreExt};
 
 /// How we know the person is at this browser now.
 #[derive(Debug)]
@@ -110,14 +110,13 @@ pub async fn issue_code(
         family_id: grant::new_family_id()?,
         issued_at: now,
     };
-    app.store
-        .put_json(
-            Keyspace::Codes,
-            &code.hash(),
-            &record,
-            Some(now.plus(app.config.tokens.code_ttl_secs)),
-        )
-        .await?;
+    codes::put(
+        app.store.as_ref(),
+        &code,
+        &record,
+        now.plus(app.config.tokens.code_ttl_secs),
+    )
+    .await?;
     consent_registry::touch(
         app.store.as_ref(),
         now,

@@ -26,7 +26,7 @@ use crate::ids::TxnId;
 use crate::oauth::error::ErrorCode;
 use crate::oauth::request::Params;
 use crate::store::records::{FlowPurpose, TxnRecord};
-use crate::store::{Keyspace, StoreExt, Versioned};
+use crate::store::{Held, transactions};
 
 /// An Approve from the confirmation page counts only once the page has been shown this long
 /// (milliseconds): longer than the second click of any double-click (operating systems' double-click
@@ -98,29 +98,24 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
         _ => return Err(FlowError::Page(pages::BAD_REQUEST)),
     };
     if decision != Decision::Deny {
-        let Some((txn, version)) = app
-            .store
-            .get_versioned::<TxnRecord>(Keyspace::Transactions, txn_id.as_str())
-            .await?
-        else {
+        let Some(txn) = transactions::hold(app.store.as_ref(), &txn_id).await? else {
             return Err(FlowError::Page(pages::TXN_GONE));
         };
-        if !crypto::ct_eq(txn.browser.as_bytes(), browser.as_bytes()) {
+        if !crypto::ct_eq(txn.value().browser.as_bytes(), browser.as_bytes()) {
             return Err(FlowError::Page(pages::FORBIDDEN_FORM));
         }
         let now_ms = app.clock.now_millis();
         let too_soon = decision == Decision::Approve
             && txn
+                .value()
                 .confirm_shown_at_ms
                 .is_some_and(|shown| now_ms.saturating_sub(shown) < CONFIRM_MIN_MS);
         if decision == Decision::Review || too_soon {
             let csrf = p.get("csrf").unwrap_or_default().to_owned();
-            return confirm(app, &txn_id, txn, version, now_ms, too_soon, csrf).await;
+            return confirm(app, &txn_id, txn, now_ms, too_soon, csrf).await;
         }
     }
-    let txn: TxnRecord = app
-        .store
-        .take_json(Keyspace::Transactions, txn_id.as_str())
+    let txn = transactions::take(app.store.as_ref(), &txn_id)
         .await?
         .ok_or(FlowError::Page(pages::TXN_GONE))?;
     // The MAC already covers it; checking the record too keeps the rule visible here.
@@ -197,25 +192,15 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
 async fn confirm(
     app: &App,
     txn_id: &TxnId,
-    mut txn: TxnRecord,
-    version: Versioned,
+    held: Held<TxnRecord>,
     now_ms: u64,
     too_soon: bool,
     csrf: String,
 ) -> Result<ConsentOutcome, FlowError> {
+    let mut txn = held.value().clone();
     txn.confirm_shown_at_ms = Some(now_ms);
-    let updated = Versioned {
-        value: crate::store::encode(&txn)?,
-        expires_at: version.expires_at,
-    };
-    if !app
-        .store
-        .compare_and_swap(
-            Keyspace::Transactions,
-            txn_id.as_str(),
-            &version,
-            Some(updated),
-        )
+    if !held
+        .swap(app.store.as_ref(), &txn, held.expires_at())
         .await?
     {
         return Err(FlowError::Page(pages::TXN_GONE));

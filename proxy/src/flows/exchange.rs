@@ -28,7 +28,7 @@ use crate::oauth::error::{ErrorCode, OAuthError};
 use crate::oauth::grant::BACKEND_PREFIX;
 use crate::oauth::request::{ClientAuth, Params, parse_basic};
 use crate::store::records::{BackendTokenRecord, ClientRecord, FamilyRecord};
-use crate::store::{Keyspace, StoreExt};
+use crate::store::{backend_tokens, families};
 
 /// `grant_type` of a token exchange.
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -171,19 +171,13 @@ pub async fn exchange(
     if !subject.starts_with(BACKEND_PREFIX) {
         return Err(not_ours.into());
     }
-    let rec: BackendTokenRecord = app
-        .store
-        .get_json(Keyspace::BackendTokens, &BackendToken::new(subject).hash())
+    let rec = backend_tokens::get(app.store.as_ref(), &BackendToken::new(subject))
         .await?
         .ok_or(not_ours.clone())?;
     // Before anything about the person's GitHub access (which may refresh a GitHub token or
     // create a connect link): the authorization itself must still stand.
-    let family: Option<FamilyRecord> = match &rec.family_id {
-        Some(id) => {
-            app.store
-                .get_json(Keyspace::RefreshFamilies, id.as_str())
-                .await?
-        }
+    let family = match &rec.family_id {
+        Some(id) => families::get(app.store.as_ref(), id).await?,
         None => None,
     };
     match subject_standing(&rec, family.as_ref(), app.clock.now()) {

@@ -7,7 +7,7 @@
 //!   while a client that ever completed an authorization keeps its id for good (clients cache
 //!   ids; deleting a used one strands them with "unknown client").
 //! - Dedupe: clients that re-register on every reconnect send identical metadata from one IP.
-//!   `Keyspace::ClientDedupe` lists, per (client IP, canonical metadata), the registrations
+//!   `store::client_dedupe` lists, per (client IP, canonical metadata), the registrations
 //!   that are still unused. But a platform's users all send identical metadata from a few
 //!   egress IPs, so a registration in that list may be someone's sign-up in progress: one
 //!   younger than [`AUTHORIZATION_WINDOW_SECS`] is never removed. When another arrives, unused
@@ -24,7 +24,6 @@
 
 use std::net::IpAddr;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{FlowError, pages};
@@ -32,15 +31,16 @@ use crate::app::App;
 use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::consent_scope;
 use crate::config::RegistrationMode;
-use crate::crypto;
 use crate::ids::ClientId;
 use crate::oauth::error::{ErrorCode, OAuthError};
 use crate::oauth::grant;
 use crate::oauth::registration::{
     ApplicationType, ClientMetadata, RegistrationRequest, TokenAuthMethod,
 };
-use crate::store::records::ClientRecord;
-use crate::store::{Keyspace, StoreExt, Versioned};
+use crate::store::Step;
+use crate::store::client_dedupe;
+use crate::store::clients::{self, MarkedUsed};
+use crate::store::records::{ClientRecord, DedupeRecord};
 
 /// Why the registration policy refused a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,15 +100,9 @@ pub fn check_policy(mode: &RegistrationMode, authorization: Option<&str>) -> Res
     }
 }
 
-/// The unused registrations with one (client IP, metadata), oldest first.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct DedupeRecord {
-    clients: Vec<ClientId>,
-}
-
-/// Hash of the client IP (IPv6 by /64, as for rate limits) and the metadata in a canonical
-/// order, so the same client re-registering lands on the same key.
-fn dedupe_key(ip: Option<IpAddr>, meta: &ClientMetadata) -> String {
+/// The client IP (IPv6 by /64, as for rate limits) and the metadata in a canonical order, so
+/// the same client re-registering lands on the same dedupe list (stored under its hash).
+fn dedupe_identity(ip: Option<IpAddr>, meta: &ClientMetadata) -> String {
     let mut uris = meta.redirect_uris.clone();
     uris.sort();
     let mut grants = meta.grant_types.clone();
@@ -122,7 +116,7 @@ fn dedupe_key(ip: Option<IpAddr>, meta: &ClientMetadata) -> String {
         meta.scope.as_ref().map(|s| s.to_wire()),
         app_type(meta.application_type),
     ]);
-    crypto::hash_secret(&canonical.to_string())
+    canonical.to_string()
 }
 
 fn app_type(t: ApplicationType) -> &'static str {
@@ -132,45 +126,36 @@ fn app_type(t: ApplicationType) -> &'static str {
     }
 }
 
-/// Whether a stored client record is a dynamic registration nobody has used yet.
-fn unused(v: &Versioned) -> bool {
-    v.expires_at.is_some()
-}
-
 /// Most attempts at updating a contended dedupe index before giving up on it (the
 /// registration itself is already stored, kept only for the authorization window).
 const INDEX_ATTEMPTS: usize = 5;
 
-/// Adds `new` to the dedupe list at `key`, first removing unused registrations older than the
+/// Adds `new` to the dedupe list of `identity`, first removing unused registrations older than the
 /// authorization window, oldest first, while `max` or more are listed (each only if still
 /// unused at the moment of removal). True if fewer than `max` others remain, i.e. `new` may
 /// be kept for the full unused-client lifetime.
 async fn index_and_evict(
     app: &App,
-    key: &str,
+    identity: &str,
     new: &ClientId,
     max: usize,
 ) -> Result<bool, FlowError> {
     let now = app.clock.now();
     let expires = Some(now.plus(app.config.registration.unused_client_ttl_secs));
-    for _ in 0..INDEX_ATTEMPTS {
-        let current = app
-            .store
-            .get_versioned::<DedupeRecord>(Keyspace::ClientDedupe, key)
-            .await?;
+    let store = app.store.as_ref();
+    let room = client_dedupe::update(store, identity, INDEX_ATTEMPTS, move |current| async move {
         let mut live = Vec::new();
         for id in current
             .as_ref()
-            .map(|(r, _)| r.clients.as_slice())
+            .map(|c| c.value.clients.as_slice())
             .unwrap_or_default()
         {
-            if let Some(v) = app.store.get(Keyspace::Clients, id.as_str()).await?
-                && unused(&v)
-            {
+            if let Some(reg) = clients::unused(store, id).await? {
                 // A record that does not decode is not protected: removing it loses nothing.
-                let young = crate::store::decode::<ClientRecord>(Keyspace::Clients, &v.value)
-                    .is_ok_and(|r| now.since(r.registered_at) < AUTHORIZATION_WINDOW_SECS);
-                live.push((id.clone(), v, young));
+                let young = reg
+                    .registered_at()
+                    .is_some_and(|at| now.since(at) < AUTHORIZATION_WINDOW_SECS);
+                live.push((id.clone(), reg, young));
             }
         }
         while live.len() >= max {
@@ -178,13 +163,9 @@ async fn index_and_evict(
             let Some(i) = live.iter().position(|(_, _, young)| !young) else {
                 break;
             };
-            let (old, v, _) = live.remove(i);
+            let (old, reg, _) = live.remove(i);
             // Removed only if still exactly as read: an authorization that just used it wins.
-            if app
-                .store
-                .compare_and_swap(Keyspace::Clients, old.as_str(), &v, None)
-                .await?
-            {
+            if reg.evict(store).await? {
                 tracing::info!(client_id = %old, "removed an unused identical registration");
             }
         }
@@ -197,33 +178,13 @@ async fn index_and_evict(
         if room {
             clients.push(new.clone());
         }
-        let value = crate::store::encode(&DedupeRecord { clients })?;
-        let written = match &current {
-            None => {
-                app.store
-                    .insert_new(Keyspace::ClientDedupe, key, value, expires)
-                    .await?
-            }
-            Some((_, old)) => {
-                app.store
-                    .compare_and_swap(
-                        Keyspace::ClientDedupe,
-                        key,
-                        old,
-                        Some(Versioned {
-                            value,
-                            expires_at: expires,
-                        }),
-                    )
-                    .await?
-            }
-        };
-        if written {
-            return Ok(room);
-        }
-    }
-    tracing::warn!("registration dedupe index contended; left as is");
-    Ok(false)
+        Ok::<_, FlowError>(Step::PutUntil(DedupeRecord { clients }, expires, room))
+    })
+    .await?;
+    Ok(room.unwrap_or_else(|| {
+        tracing::warn!("registration dedupe index contended; left as is");
+        false
+    }))
 }
 
 /// Marks a dynamic registration as used (its first authorization code is about to be
@@ -234,27 +195,14 @@ pub async fn mark_used(app: &App, client_id: &ClientId) -> Result<(), FlowError>
     if !client_id.as_str().starts_with(grant::CLIENT_PREFIX) {
         return Ok(());
     }
-    for _ in 0..INDEX_ATTEMPTS {
-        let Some(v) = app.store.get(Keyspace::Clients, client_id.as_str()).await? else {
+    match clients::mark_used(app.store.as_ref(), client_id, INDEX_ATTEMPTS).await? {
+        Some(MarkedUsed::Kept) => Ok(()),
+        Some(MarkedUsed::Gone) => {
             tracing::info!(%client_id, "authorization finished for a registration that is gone; no code issued");
-            return Err(FlowError::Page(pages::UNKNOWN_CLIENT));
-        };
-        if !unused(&v) {
-            return Ok(());
+            Err(FlowError::Page(pages::UNKNOWN_CLIENT))
         }
-        let kept = Versioned {
-            value: v.value.clone(),
-            expires_at: None,
-        };
-        if app
-            .store
-            .compare_and_swap(Keyspace::Clients, client_id.as_str(), &v, Some(kept))
-            .await?
-        {
-            return Ok(());
-        }
+        None => Err(OAuthError::new(ErrorCode::ServerError, "client record contended").into()),
     }
-    Err(OAuthError::new(ErrorCode::ServerError, "client record contended").into())
 }
 
 /// Registers a client from a JSON body; returns the RFC 7591 §3.2.1 response. `ip` is the
@@ -303,38 +251,29 @@ pub async fn register(
         registered_at: now,
     };
     // Stored first for the authorization window only; extended below if dedupe has room.
-    let value = crate::store::encode(&record)?;
-    let stored = Versioned {
-        value: value.clone(),
-        expires_at: Some(now.plus(AUTHORIZATION_WINDOW_SECS.min(policy.unused_client_ttl_secs))),
-    };
-    if !app
-        .store
-        .insert_new(
-            Keyspace::Clients,
-            client_id.as_str(),
-            value.clone(),
-            stored.expires_at,
-        )
-        .await?
-    {
+    let Some(stored) = clients::insert_unused(
+        app.store.as_ref(),
+        record,
+        now.plus(AUTHORIZATION_WINDOW_SECS.min(policy.unused_client_ttl_secs)),
+    )
+    .await?
+    else {
         return Err(OAuthError::new(ErrorCode::ServerError, "client id collision").into());
-    }
+    };
     let room = index_and_evict(
         app,
-        &dedupe_key(ip, &meta),
+        &dedupe_identity(ip, &meta),
         &client_id,
         usize::try_from(policy.max_identical_per_ip).unwrap_or(usize::MAX),
     )
     .await?;
     if room {
-        let kept = Versioned {
-            value,
-            expires_at: Some(now.plus(policy.unused_client_ttl_secs)),
-        };
         // Unchanged unless a code was issued to it meanwhile, which made it permanent.
-        app.store
-            .compare_and_swap(Keyspace::Clients, client_id.as_str(), &stored, Some(kept))
+        stored
+            .set_expiry(
+                app.store.as_ref(),
+                Some(now.plus(policy.unused_client_ttl_secs)),
+            )
             .await?;
     }
     app.audit

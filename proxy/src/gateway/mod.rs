@@ -24,9 +24,9 @@ use crate::flows::admission::{self, Verdict};
 use crate::flows::github_access::{self, Access};
 use crate::ids::BackendToken;
 use crate::store::StoreError;
+use crate::store::backend_tokens;
 use crate::store::records::AccessTokenRecord;
 use crate::store::records::{BackendTokenRecord, ClientRecord, LinkKind};
-use crate::store::{Keyspace, StoreExt};
 pub use forward::Forwarded;
 use jsonrpc::{Inbound, Version};
 
@@ -466,14 +466,7 @@ async fn mint_backend_token(
         expires_at: now.plus(ttl),
         family_id: Some(t.family_id.clone()),
     };
-    app.store
-        .put_json(
-            Keyspace::BackendTokens,
-            &minted.hash(),
-            &rec,
-            Some(now.plus(ttl)),
-        )
-        .await?;
+    backend_tokens::put(app.store.as_ref(), &minted, &rec, now.plus(ttl)).await?;
     Ok(minted)
 }
 

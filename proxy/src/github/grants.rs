@@ -15,7 +15,7 @@ use crate::crypto::{self, Key};
 use crate::ids::{GitHubRefreshToken, GitHubToken, UserId};
 use crate::oauth::scope::ScopeSet;
 use crate::store::records::GrantRecord;
-use crate::store::{Keyspace, SharedStore, StoreError, StoreExt, Versioned, encode};
+use crate::store::{Held, SharedStore, StoreError, grants};
 
 /// Refresh this long before expiry.
 const REFRESH_MARGIN_SECS: u64 = 120;
@@ -196,15 +196,13 @@ impl Grants {
         let mut rec = self.record(user, gh, tokens, self.clock.now())?;
         // What is stored is what was checked.
         within.reported().clone_into(&mut rec.scopes);
-        self.store
-            .put_json(Keyspace::Grants, user.as_str(), &rec, None)
-            .await?;
+        grants::put(self.store.as_ref(), user, &rec).await?;
         Ok(())
     }
 
     /// Whether the grant is there and not known to be broken. No GitHub call.
     pub async fn status(&self, user: &UserId) -> Result<GrantStatus, GrantError> {
-        let rec: Option<GrantRecord> = self.store.get_json(Keyspace::Grants, user.as_str()).await?;
+        let rec = grants::get(self.store.as_ref(), user).await?;
         Ok(self.status_of(rec.as_ref()))
     }
 
@@ -249,7 +247,7 @@ impl Grants {
 
     /// The stored record (no secrets in the clear).
     pub async fn get(&self, user: &UserId) -> Result<Option<GrantRecord>, GrantError> {
-        Ok(self.store.get_json(Keyspace::Grants, user.as_str()).await?)
+        Ok(grants::get(self.store.as_ref(), user).await?)
     }
 
     /// Forgets a person's grant here (an atomic take, so a grant stored meanwhile by a new
@@ -259,11 +257,7 @@ impl Grants {
     /// disconnect takes (account page, admin API); a failure is logged here and returned for
     /// the caller to audit and show.
     pub async fn forget(&self, user: &UserId) -> Result<GitHubRevocation, GrantError> {
-        let Some(rec) = self
-            .store
-            .take_json::<GrantRecord>(Keyspace::Grants, user.as_str())
-            .await?
-        else {
+        let Some(rec) = grants::take(self.store.as_ref(), user).await? else {
             return Ok(GitHubRevocation::NoGrant);
         };
         let token = match self.open(user, "access", &rec.sealed_token) {
@@ -285,9 +279,7 @@ impl Grants {
     /// A usable GitHub access token for the person, refreshing an expiring GitHub App token
     /// first if needed. Concurrent callers for the same person share one refresh.
     pub async fn access_token(&self, user: &UserId) -> Result<GitHubToken, GrantError> {
-        let rec: GrantRecord = self
-            .store
-            .get_json(Keyspace::Grants, user.as_str())
+        let rec = grants::get(self.store.as_ref(), user)
             .await?
             .ok_or(GrantError::Missing)?;
         if rec.broken {
@@ -309,18 +301,17 @@ impl Grants {
             map: &self.in_flight,
             user,
         };
-        // Whoever held the lock before us may have refreshed already: read again.
-        let Some((rec, version)) = self
-            .store
-            .get_versioned::<GrantRecord>(Keyspace::Grants, user.as_str())
-            .await?
-        else {
+        // Whoever held the lock before us may have refreshed already: read again, and hold
+        // what was read: the refresh below is never repeated (GitHub rotates the refresh
+        // token), so the write after it is one attempt.
+        let Some(held) = grants::hold(self.store.as_ref(), user).await? else {
             return Err(GrantError::Missing);
         };
+        let rec = held.value();
         if rec.broken {
             return Err(GrantError::Broken);
         }
-        if !self.needs_refresh(&rec) {
+        if !self.needs_refresh(rec) {
             return Ok(GitHubToken::new(self.open(
                 user,
                 "access",
@@ -328,7 +319,7 @@ impl Grants {
             )?));
         }
         let Some(sealed_refresh) = &rec.sealed_refresh else {
-            self.mark_broken_version(user, &rec, &version, "expired and no refresh token")
+            self.mark_broken_version(user, &held, "expired and no refresh token")
                 .await?;
             return Err(GrantError::Broken);
         };
@@ -341,7 +332,7 @@ impl Grants {
                 let consented = ScopeSet::from_list(rec.scopes.iter().cloned());
                 if let Err(e) = consent_scope::check_github_token(&consented, &tokens.scopes) {
                     self.github.delete_token(&tokens.access_token).await;
-                    self.mark_broken_version(user, &rec, &version, &e.to_string())
+                    self.mark_broken_version(user, &held, &e.to_string())
                         .await?;
                     return Err(GrantError::Broken);
                 }
@@ -350,15 +341,7 @@ impl Grants {
                     login: rec.login.as_str().to_owned(),
                 };
                 let next = self.record(user, &gh, &tokens, now)?;
-                let new_version = Versioned {
-                    value: encode(&next)?,
-                    expires_at: None,
-                };
-                if !self
-                    .store
-                    .compare_and_swap(Keyspace::Grants, user.as_str(), &version, Some(new_version))
-                    .await?
-                {
+                if !held.swap(self.store.as_ref(), &next, None).await? {
                     // Replaced meanwhile (a new sign-in): that grant wins; ours is discarded.
                     return Err(GrantError::Broken);
                 }
@@ -368,7 +351,7 @@ impl Grants {
                 Ok(tokens.access_token)
             }
             Err(GitHubError::Refused(_)) | Err(GitHubError::Unauthorized) => {
-                self.mark_broken_version(user, &rec, &version, "GitHub refused the refresh")
+                self.mark_broken_version(user, &held, "GitHub refused the refresh")
                     .await?;
                 Err(GrantError::Broken)
             }
@@ -379,13 +362,8 @@ impl Grants {
     /// Marks a person's grant broken (GitHub refused it somewhere): agents then get a
     /// reconnect link.
     pub async fn mark_broken(&self, user: &UserId, reason: &str) -> Result<(), GrantError> {
-        if let Some((rec, version)) = self
-            .store
-            .get_versioned::<GrantRecord>(Keyspace::Grants, user.as_str())
-            .await?
-        {
-            self.mark_broken_version(user, &rec, &version, reason)
-                .await?;
+        if let Some(held) = grants::hold(self.store.as_ref(), user).await? {
+            self.mark_broken_version(user, &held, reason).await?;
         }
         Ok(())
     }
@@ -399,26 +377,18 @@ impl Grants {
     async fn mark_broken_version(
         &self,
         user: &UserId,
-        rec: &GrantRecord,
-        version: &Versioned,
+        held: &Held<GrantRecord>,
         reason: &str,
     ) -> Result<(), GrantError> {
-        if rec.broken {
+        if held.value().broken {
             return Ok(());
         }
-        let mut broken = rec.clone();
+        let mut broken = held.value().clone();
         broken.broken = true;
-        let v = Versioned {
-            value: encode(&broken)?,
-            expires_at: None,
-        };
         // Only the writer that actually marked it records the event (no duplicates when
-        // several requests see the refusal at once).
-        if self
-            .store
-            .compare_and_swap(Keyspace::Grants, user.as_str(), version, Some(v))
-            .await?
-        {
+        // several requests see the refusal at once); a grant replaced meanwhile (a new
+        // sign-in) is left alone.
+        if held.swap(self.store.as_ref(), &broken, None).await? {
             self.audit
                 .record(AuditEvent::GitHubGrantBroken {
                     user_id: user.clone(),

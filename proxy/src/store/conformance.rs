@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use super::{Keyspace, Store, Versioned};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::update::hold;
+use super::{Entry, Held, Keyspace, Step, Store, StoreError, Versioned, encode, update};
 use crate::clock::{ManualClock, UnixTime};
 
 /// Runs every check against `store`, whose clock is `clock` (starting at 1000).
@@ -17,6 +20,10 @@ pub(crate) async fn run(store: Arc<dyn Store>, clock: Arc<ManualClock>) {
     scan_prefix_is_exact_and_ordered(store.clone()).await;
     scan_page_pages_in_order_within_the_prefix(store.clone(), clock.clone()).await;
     sweep_removes_only_expired(store.clone(), clock.clone()).await;
+    update_applies_each_step(store.clone()).await;
+    update_retries_a_lost_race_and_gives_up_after_its_attempts(store.clone()).await;
+    concurrent_updates_lose_nothing(store.clone()).await;
+    held_record_is_written_only_if_unchanged(store.clone()).await;
 }
 
 async fn take_is_single_use_under_concurrency(s: Arc<dyn Store>) {
@@ -277,4 +284,157 @@ impl NowForTests for ManualClock {
     fn now_for_tests(&self) -> UnixTime {
         crate::clock::Clock::now(self)
     }
+}
+
+/// The raw record at `key` of the update checks: (decoded value, expiry).
+async fn read_u64(s: &dyn Store, key: &str) -> Option<(u64, Option<UnixTime>)> {
+    let v = s.get(Keyspace::UsedCodes, key).await.unwrap()?;
+    Some((serde_json::from_slice(&v.value).unwrap(), v.expires_at))
+}
+
+async fn update_applies_each_step(s: Arc<dyn Store>) {
+    let s = &*s;
+    let ks = Keyspace::UsedCodes;
+    let run = |step: Step<u64, &'static str>| async move {
+        let mut step = Some(step);
+        update(s, ks, "upd-k", 3, |_: Option<Entry<u64>>| {
+            let step = step.take();
+            async move { Ok::<_, StoreError>(step.unwrap()) }
+        })
+        .await
+        .unwrap()
+    };
+    // Absent: a put inserts, with no expiry of its own.
+    assert_eq!(run(Step::Put(1, "put")).await, Some("put"));
+    assert_eq!(read_u64(s, "upd-k").await, Some((1, None)));
+    assert_eq!(
+        run(Step::PutUntil(2, Some(UnixTime(5_000)), "until")).await,
+        Some("until")
+    );
+    assert_eq!(read_u64(s, "upd-k").await, Some((2, Some(UnixTime(5_000)))));
+    // A put keeps the expiry of the record it replaces.
+    run(Step::Put(3, "put")).await;
+    assert_eq!(read_u64(s, "upd-k").await, Some((3, Some(UnixTime(5_000)))));
+    // Changing the expiry keeps the stored bytes.
+    let before = s.get(ks, "upd-k").await.unwrap().unwrap().value;
+    run(Step::SetExpiry(None, "expiry")).await;
+    let after = s.get(ks, "upd-k").await.unwrap().unwrap();
+    assert_eq!((after.value, after.expires_at), (before, None));
+    assert_eq!(run(Step::Keep("kept")).await, Some("kept"));
+    assert_eq!(read_u64(s, "upd-k").await, Some((3, None)));
+    assert_eq!(run(Step::Delete("deleted")).await, Some("deleted"));
+    assert_eq!(read_u64(s, "upd-k").await, None);
+    // Nothing to delete or re-time: nothing happens, the answer still comes back.
+    assert_eq!(run(Step::Delete("absent")).await, Some("absent"));
+    assert_eq!(run(Step::SetExpiry(None, "absent")).await, Some("absent"));
+    assert_eq!(read_u64(s, "upd-k").await, None);
+    // The step sees what is stored; an error from it writes nothing.
+    s.put(ks, "upd-k", encode(&7u64).unwrap(), None)
+        .await
+        .unwrap();
+    let seen = update(s, ks, "upd-k", 3, |cur: Option<Entry<u64>>| async move {
+        Ok::<Step<u64, _>, StoreError>(Step::Keep(cur.map(|c| c.value)))
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, Some(Some(7)));
+    let failed = update(s, ks, "upd-k", 3, |_: Option<Entry<u64>>| async move {
+        Err::<Step<u64, ()>, _>(StoreError::Backend("refused".into()))
+    })
+    .await;
+    assert!(failed.is_err());
+    assert_eq!(read_u64(s, "upd-k").await, Some((7, None)));
+}
+
+async fn update_retries_a_lost_race_and_gives_up_after_its_attempts(s: Arc<dyn Store>) {
+    let ks = Keyspace::UsedCodes;
+    let calls = AtomicUsize::new(0);
+    // Someone else writes between every read and write: each attempt loses.
+    let out = update(&*s, ks, "upd-race", 4, |cur: Option<Entry<u64>>| {
+        let (s, calls) = (&s, &calls);
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let n = cur.map_or(0, |c| c.value);
+            s.put(ks, "upd-race", encode(&(n + 100)).unwrap(), None)
+                .await
+                .unwrap();
+            Ok::<_, StoreError>(Step::Put(n + 1, ()))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out, None, "every attempt lost");
+    assert_eq!(calls.load(Ordering::SeqCst), 4, "exactly `attempts` reads");
+    assert_eq!(read_u64(&*s, "upd-race").await, Some((400, None)));
+    // Absent when read, present when written: the insert loses and the retry sees the record.
+    let first = AtomicUsize::new(0);
+    let out = update(&*s, ks, "upd-ins", 3, |cur: Option<Entry<u64>>| {
+        let (s, first) = (&s, &first);
+        async move {
+            if first.fetch_add(1, Ordering::SeqCst) == 0 {
+                s.put(ks, "upd-ins", encode(&10u64).unwrap(), None)
+                    .await
+                    .unwrap();
+            }
+            Ok::<_, StoreError>(Step::Put(cur.map_or(0, |c| c.value) + 1, ()))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out, Some(()));
+    assert_eq!(read_u64(&*s, "upd-ins").await, Some((11, None)));
+}
+
+async fn concurrent_updates_lose_nothing(s: Arc<dyn Store>) {
+    let mut handles = Vec::new();
+    for _ in 0..16 {
+        let s = s.clone();
+        handles.push(tokio::spawn(async move {
+            update(
+                &*s,
+                Keyspace::UsedCodes,
+                "upd-count",
+                1_000,
+                |cur: Option<Entry<u64>>| async move {
+                    Ok::<_, StoreError>(Step::Put(cur.map_or(0, |c| c.value) + 1, ()))
+                },
+            )
+            .await
+            .unwrap()
+        }));
+    }
+    for h in handles {
+        assert_eq!(h.await.unwrap(), Some(()));
+    }
+    assert_eq!(read_u64(&*s, "upd-count").await, Some((16, None)));
+}
+
+async fn held_record_is_written_only_if_unchanged(s: Arc<dyn Store>) {
+    let ks = Keyspace::UsedCodes;
+    s.put(ks, "held-k", encode(&1u64).unwrap(), Some(UnixTime(9_000)))
+        .await
+        .unwrap();
+    let held: Held<u64> = hold(&*s, ks, "held-k").await.unwrap().unwrap();
+    assert_eq!(
+        (*held.value(), held.expires_at()),
+        (1, Some(UnixTime(9_000)))
+    );
+    assert!(held.swap(&*s, &2, held.expires_at()).await.unwrap());
+    assert_eq!(
+        read_u64(&*s, "held-k").await,
+        Some((2, Some(UnixTime(9_000))))
+    );
+    // The record changed since it was held: nothing more is written through the hold.
+    assert!(!held.swap(&*s, &3, None).await.unwrap());
+    assert!(!held.set_expiry(&*s, None).await.unwrap());
+    assert!(!held.remove(&*s).await.unwrap());
+    assert_eq!(
+        read_u64(&*s, "held-k").await,
+        Some((2, Some(UnixTime(9_000))))
+    );
+    let held: Held<u64> = hold(&*s, ks, "held-k").await.unwrap().unwrap();
+    assert!(held.set_expiry(&*s, None).await.unwrap());
+    let held: Held<u64> = hold(&*s, ks, "held-k").await.unwrap().unwrap();
+    assert!(held.remove(&*s).await.unwrap());
+    assert_eq!(read_u64(&*s, "held-k").await, None);
 }

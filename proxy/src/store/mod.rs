@@ -8,16 +8,39 @@
 //! response. A flush covers every write made before it began (sled's log is one sequence), so
 //! the response still goes out only after every write of the request is on disk; what changes
 //! is that a request pays for one flush instead of one per write.
+//!
+//! Callers outside this module use the typed repositories below, one per record family: they
+//! name ids, tokens and records, never a [`Keyspace`] or a key string, so every key layout is
+//! built and parsed here alone. A read-modify-write goes through [`update`] (compare-and-swap
+//! with a bounded retry) or, for one attempt, a [`Held`] record. [`Keyspace`] and the raw
+//! [`Store`] trait stay public for the store implementations and for tests that inspect what is
+//! stored.
 
+pub mod access_tokens;
 pub mod allowances;
 pub mod approvals;
+pub mod audit_log;
+pub mod backend_tokens;
+pub mod cimd_clients;
+pub mod client_dedupe;
+pub mod clients;
+pub mod codes;
 #[cfg(test)]
 mod conformance;
+pub mod consents;
+pub mod families;
+pub mod grants;
+pub mod links;
+pub mod mcp_sessions;
 mod metered;
 mod postgres;
 pub mod records;
+pub mod sessions;
 mod sled_store;
 pub mod standing;
+pub mod transactions;
+mod update;
+pub mod upstream_states;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,6 +54,7 @@ use crate::clock::UnixTime;
 pub use metered::{MeteredStore, OpObserver};
 pub use postgres::PgStore;
 pub use sled_store::SledStore;
+pub use update::{Entry, Held, Step, update};
 
 /// Default size of sled's page cache, MiB: sled's own default (1 GiB), now stated and
 /// configurable. A smaller cache bounds memory but makes token checks on a store larger than

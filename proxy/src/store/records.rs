@@ -391,6 +391,44 @@ pub struct BackendTokenRecord {
     pub family_id: Option<FamilyId>,
 }
 
+/// An MCP session (or a backend `requestState`) bound to the person and client that created
+/// it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct McpSessionRecord {
+    /// The person.
+    pub user_id: UserId,
+    /// The client.
+    pub client_id: ClientId,
+    /// Whether `initialize` declared URL elicitation (2025-11-25).
+    pub url_elicitation: bool,
+    /// When it was bound.
+    pub created_at: UnixTime,
+}
+
+/// The unused registrations with one (client IP, metadata), oldest first.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct DedupeRecord {
+    /// Their ids.
+    pub clients: Vec<ClientId>,
+}
+
+/// A stored audit event.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Event id.
+    pub id: String,
+    /// When.
+    pub at: UnixTime,
+    /// The HTTP request it happened in (`X-Request-Id`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The event kind (same as `event.event`).
+    #[serde(default)]
+    pub kind: String,
+    /// The event as JSON.
+    pub event: serde_json::Value,
+}
+
 /// A person's standing as last established with GitHub (stored per person).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

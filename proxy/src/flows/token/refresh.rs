@@ -1,0 +1,223 @@
+//! The refresh grant (OAuth 2.1 §4.3): rotation with a grace window for the token just
+//! replaced, reuse detection, and the checks a refresh repeats (the family's client, audience
+//! and scopes, the person's consent and standing). The decision is `oauth::grant::decide`;
+//! this module reads the family, applies the decision with one compare-and-swap, and mints.
+
+use super::{
+    CAS_RETRIES, INVALID_GRANT, audit_best_effort, family_expiry, mint_access, revoke_family,
+};
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::audience;
+use crate::bindings::consent_registry;
+use crate::bindings::consent_scope;
+use crate::clock::UnixTime;
+use crate::crypto;
+use crate::flows::FlowError;
+use crate::flows::admission::Verdict;
+use crate::ids::{FamilyId, RefreshToken, UserId};
+use crate::oauth::error::{ErrorCode, OAuthError};
+use crate::oauth::grant::{self, RefreshDecision, TokenResponse};
+use crate::oauth::scope::ScopeSet;
+use crate::store::records::{ClientRecord, FamilyRecord};
+use crate::store::{Entry, Step, families};
+
+/// What the family's compare-and-swap settled, for the work after it.
+enum Refreshed {
+    /// An old token was presented: the family is revoked now.
+    Reused(FamilyRecord),
+    /// The presented token stands: these tokens go out.
+    Issued {
+        /// The family as read.
+        fam: FamilyRecord,
+        /// The next-generation refresh token (the same one again for a replay).
+        refresh: RefreshToken,
+        /// The scopes of this refresh.
+        scopes: ScopeSet,
+        /// When it was decided.
+        now: UnixTime,
+        /// A replay of the previous token inside the grace window.
+        grace: bool,
+    },
+}
+
+/// The refresh grant for an authenticated client.
+pub(super) async fn refresh(
+    app: &App,
+    client: &ClientRecord,
+    refresh_token: &RefreshToken,
+    scope: Option<&str>,
+    resource: Option<&str>,
+) -> Result<TokenResponse, FlowError> {
+    if !client.grant_types.iter().any(|g| g == "refresh_token") {
+        return Err(OAuthError::new(
+            ErrorCode::UnauthorizedClient,
+            "this client did not register the refresh_token grant",
+        )
+        .into());
+    }
+    let family_id = grant::refresh_family(refresh_token).ok_or(INVALID_GRANT)?;
+    let presented = &refresh_token.hash();
+    // The step below copies these references in (it runs once per attempt).
+    let family_id = &family_id;
+    // Every check runs again on a retry: the family may have changed in between (rotated by
+    // the request we raced, which may make this one its replay).
+    let settled = families::update(
+        app.store.as_ref(),
+        family_id,
+        CAS_RETRIES,
+        move |current| async move {
+            let Some(Entry { value: fam, .. }) = current else {
+                return Err(FlowError::from(INVALID_GRANT));
+            };
+            if fam.client_id != client.client_id {
+                return Err(INVALID_GRANT.into());
+            }
+            audience::recheck(&fam.resource, resource)?;
+            let scopes = consent_scope::at_refresh(scope, &fam.scopes)?;
+            let now = app.clock.now();
+            let decision =
+                grant::decide(&fam, presented, now, app.config.tokens.refresh_grace_secs);
+            match decision {
+                RefreshDecision::Revoked | RefreshDecision::Unknown => Err(INVALID_GRANT.into()),
+                RefreshDecision::Reuse => {
+                    let dead = grant::apply(&fam, decision, presented, String::new(), None, now);
+                    Ok(Step::Put(dead, Refreshed::Reused(fam)))
+                }
+                RefreshDecision::Replay | RefreshDecision::Rotate => {
+                    // The person may have revoked this client while the family lived.
+                    if !consent_registry::exists_for_client(
+                        app.store.as_ref(),
+                        &fam.user_id,
+                        &fam.client_id,
+                    )
+                    .await?
+                    {
+                        revoke_family(app, family_id).await?;
+                        return Err(INVALID_GRANT.into());
+                    }
+                    // The person's standing (`[access]`), asked again when it is due.
+                    refresh_standing(app, &fam.user_id).await?;
+                    let grace = decision == RefreshDecision::Replay;
+                    if grace {
+                        // The same next-generation token again: nothing is minted twice.
+                        let Some(sealed) = fam.replay.as_deref() else {
+                            return Err(INVALID_GRANT.into());
+                        };
+                        let refresh = open_replay(app, family_id, sealed)?;
+                        return Ok(Step::Keep(Refreshed::Issued {
+                            fam,
+                            refresh,
+                            scopes,
+                            now,
+                            grace,
+                        }));
+                    }
+                    let refresh = grant::new_refresh_token(family_id)?;
+                    let sealed = seal_replay(app, family_id, &refresh)?;
+                    let next =
+                        grant::apply(&fam, decision, presented, refresh.hash(), Some(sealed), now);
+                    // Written only if the family is still as read; lost to another rotation,
+                    // `update` reads it again (this request may now be its replay).
+                    let expires = family_expiry(app, fam.created_at, now);
+                    Ok(Step::PutUntil(
+                        next,
+                        Some(expires),
+                        Refreshed::Issued {
+                            fam,
+                            refresh,
+                            scopes,
+                            now,
+                            grace,
+                        },
+                    ))
+                }
+            }
+        },
+    )
+    .await?
+    .ok_or_else(|| {
+        OAuthError::new(
+            ErrorCode::TemporarilyUnavailable,
+            "too many concurrent refreshes; retry",
+        )
+    })?;
+    match settled {
+        Refreshed::Reused(fam) => {
+            app.audit
+                .record(AuditEvent::RefreshReuse {
+                    user_id: fam.user_id.clone(),
+                    client_id: fam.client_id.clone(),
+                    family_id: family_id.clone(),
+                })
+                .await?;
+            Err(INVALID_GRANT.into())
+        }
+        Refreshed::Issued {
+            fam,
+            refresh,
+            scopes,
+            now,
+            grace,
+        } => {
+            let (access, expires_in) = mint_access(app, &fam, &scopes).await?;
+            consent_registry::touch(app.store.as_ref(), now, &fam.user_id, &fam.client_id).await?;
+            audit_best_effort(
+                app,
+                AuditEvent::TokenRefreshed {
+                    user_id: fam.user_id.clone(),
+                    client_id: client.client_id.clone(),
+                    family_id: family_id.clone(),
+                    grace,
+                },
+            )
+            .await;
+            Ok(TokenResponse {
+                access_token: access,
+                token_type: "Bearer",
+                expires_in,
+                refresh_token: Some(refresh.secret().to_owned()),
+                scope: scopes.to_wire(),
+            })
+        }
+    }
+}
+
+fn replay_aad(family: &FamilyId) -> Vec<u8> {
+    format!("mcp-oauth-proxy/refresh-replay/{}", family.as_str()).into_bytes()
+}
+
+/// Seals the next-generation refresh token for replays inside the grace window.
+fn seal_replay(app: &App, family: &FamilyId, token: &RefreshToken) -> Result<String, FlowError> {
+    Ok(crypto::b64url(
+        &app.keys
+            .token_encryption
+            .seal(token.secret().as_bytes(), &replay_aad(family))?,
+    ))
+}
+
+fn open_replay(app: &App, family: &FamilyId, sealed: &str) -> Result<RefreshToken, FlowError> {
+    let bytes = crypto::b64url_decode(sealed).ok_or(INVALID_GRANT)?;
+    let plain = app
+        .keys
+        .token_encryption
+        .open(&bytes, &replay_aad(family))
+        .map_err(|_| INVALID_GRANT)?;
+    Ok(RefreshToken::new(
+        String::from_utf8(plain).map_err(|_| INVALID_GRANT)?,
+    ))
+}
+
+/// Refuses a refresh for a person who no longer belongs (their tokens were just revoked) or
+/// whose standing GitHub has not confirmed for longer than `[access]` allows.
+async fn refresh_standing(app: &App, user: &UserId) -> Result<(), FlowError> {
+    match crate::flows::admission::standing(app, user).await? {
+        Verdict::Admitted | Verdict::TokenBroken => Ok(()),
+        Verdict::Lost => Err(INVALID_GRANT.into()),
+        Verdict::Unavailable => Err(OAuthError::new(
+            ErrorCode::TemporarilyUnavailable,
+            "GitHub cannot confirm the person's access right now; try again later",
+        )
+        .into()),
+    }
+}

@@ -1,0 +1,31 @@
+//! Access tokens, by the hash of the token.
+
+use super::records::AccessTokenRecord;
+use super::{Keyspace, Store, StoreError, StoreExt};
+use crate::clock::UnixTime;
+use crate::ids::AccessToken;
+
+/// Stores a new token's record, kept until `kept_until`.
+pub async fn put(
+    store: &dyn Store,
+    token: &AccessToken,
+    rec: &AccessTokenRecord,
+    kept_until: UnixTime,
+) -> Result<(), StoreError> {
+    store
+        .put_json(Keyspace::AccessTokens, &token.hash(), rec, Some(kept_until))
+        .await
+}
+
+/// The token's record, if it is kept.
+pub async fn get(
+    store: &dyn Store,
+    token: &AccessToken,
+) -> Result<Option<AccessTokenRecord>, StoreError> {
+    store.get_json(Keyspace::AccessTokens, &token.hash()).await
+}
+
+/// Forgets the token.
+pub async fn remove(store: &dyn Store, token: &AccessToken) -> Result<(), StoreError> {
+    store.remove(Keyspace::AccessTokens, &token.hash()).await
+}
