@@ -108,8 +108,9 @@ pub fn parse_url(id: &str, allow_http_loopback: bool) -> Result<Url, CimdError> 
         || !url.username().is_empty()
         || url.password().is_some()
         || id.contains('#')
-        // `|` separates the parts of store keys (`user|client|…`): an id containing it could
-        // make one client's keys look like another's.
+        // Input validation only: `|` is not a URI character (RFC 3986 §2 wants it
+        // percent-encoded) and `url` leaves it as sent. Store keys do not rely on this: the
+        // store builds and parses them so that a client id holding `|` stays its own.
         || id.contains('|')
     {
         return Err(CimdError::MalformedUrl);
