@@ -15,6 +15,8 @@ pub mod exchange;
 pub mod github_access;
 pub mod register;
 pub mod revoke;
+#[cfg(test)]
+mod tests;
 pub mod token;
 
 use crate::bindings::browser_state::StateError;

@@ -1,0 +1,205 @@
+//! The refresh decision (`oauth::grant::decide` and `apply`, run by `flows::token` with a
+//! compare-and-swap on the family record) under contention and at the clock's edges: within
+//! `refresh_grace_secs` a duplicate of the just-rotated token gets the same next token and
+//! nothing is minted twice; after it, that token is reuse and revokes the family; a family
+//! ends `refresh_token_idle_ttl_secs` after its last rotation and
+//! `refresh_token_max_lifetime_secs` after its creation, however often it is refreshed.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+
+use super::fixture::{Browser, Fixture, Options, error_code, family_of};
+use crate::flows::access::{self, TokenRejection};
+use crate::ids::RefreshToken;
+use crate::oauth::error::ErrorCode;
+
+const GRACE: u64 = 30;
+const IDLE: u64 = 1_000;
+const MAX: u64 = 2_500;
+/// Concurrent refreshes per test (the end-to-end suite runs 64 over HTTP).
+const N: usize = 32;
+
+async fn fixture() -> Fixture {
+    Fixture::start_with(Options {
+        extra: format!(
+            "[tokens]\nrefresh_grace_secs = {GRACE}\nrefresh_token_idle_ttl_secs = {IDLE}\nrefresh_token_max_lifetime_secs = {MAX}\n"
+        ),
+        ..Options::default()
+    })
+    .await
+}
+
+fn hash(token: &str) -> String {
+    RefreshToken::new(token).hash()
+}
+
+async fn revoked(f: &Fixture, access_token: &str) -> bool {
+    access::authenticate(&f.app, access_token)
+        .await
+        .unwrap()
+        .err()
+        == Some(TokenRejection::Revoked)
+}
+
+/// N concurrent refreshes of one current token: exactly one rotates, every other is a replay
+/// of that rotation, so all N get the same next token and the family holds one generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_refreshes_of_one_token_rotate_once_and_all_get_the_same_next_token() {
+    let f = Arc::new(fixture().await);
+    let c = f.register("Repo Helper", &["https://app.example/cb"]).await;
+    let t0 = f.tokens(&Browser::new(), &c, "alice").await;
+    let r0 = t0.refresh_token.clone().unwrap();
+    let tasks = (0..N).map(|_| {
+        let (f, c, r0) = (f.clone(), c.clone(), r0.clone());
+        tokio::spawn(async move { f.refresh(&c, &r0).await })
+    });
+    let outcomes: Vec<_> = join_all(tasks)
+        .await
+        .into_iter()
+        .map(|t| t.unwrap().unwrap())
+        .collect();
+    let next = outcomes[0].refresh_token.clone().unwrap();
+    assert_ne!(next, r0);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o.refresh_token.as_deref() == Some(next.as_str())),
+        "every duplicate gets the one next token"
+    );
+    // Each answer carries its own access token; only the refresh generation is shared.
+    let mut access: Vec<&str> = outcomes.iter().map(|o| o.access_token.as_str()).collect();
+    access.sort_unstable();
+    access.dedup();
+    assert_eq!(access.len(), N);
+
+    let fam = f.family(&family_of(&r0)).await.unwrap();
+    assert_eq!(fam.current, vec![hash(&next)], "one generation minted");
+    assert_eq!(fam.previous, Some(hash(&r0)));
+    assert!(fam.retired.is_empty() && !fam.revoked);
+    let refreshed: Vec<_> = f
+        .audit()
+        .await
+        .into_iter()
+        .filter(|e| e["event"] == "token_refreshed")
+        .collect();
+    assert_eq!(refreshed.len(), N);
+    assert_eq!(
+        refreshed.iter().filter(|e| e["grace"] == false).count(),
+        1,
+        "exactly one rotation, the rest replays"
+    );
+    // The next token works as the current one.
+    let after = f.refresh(&c, &next).await.unwrap();
+    assert_ne!(after.refresh_token.as_deref(), Some(next.as_str()));
+}
+
+/// N concurrent presentations of the previous token after the grace window: all refused, the
+/// family revoked once, one `refresh_reuse` in the trail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_reuse_after_the_grace_window_revokes_the_family_once() {
+    let f = Arc::new(fixture().await);
+    let c = f.register("Repo Helper", &["https://app.example/cb"]).await;
+    let t0 = f.tokens(&Browser::new(), &c, "alice").await;
+    let r0 = t0.refresh_token.clone().unwrap();
+    let t1 = f.refresh(&c, &r0).await.unwrap();
+    f.clock.advance(GRACE + 1);
+    let tasks = (0..N).map(|_| {
+        let (f, c, r0) = (f.clone(), c.clone(), r0.clone());
+        tokio::spawn(async move { f.refresh(&c, &r0).await })
+    });
+    for t in join_all(tasks).await {
+        assert_eq!(error_code(t.unwrap()), ErrorCode::InvalidGrant);
+    }
+    assert!(f.family(&family_of(&r0)).await.unwrap().revoked);
+    assert_eq!(f.audited("refresh_reuse").await, 1);
+    assert_eq!(
+        error_code(f.refresh(&c, t1.refresh_token.as_deref().unwrap()).await),
+        ErrorCode::InvalidGrant
+    );
+    assert!(revoked(&f, &t1.access_token).await);
+}
+
+/// The previous token replays the same rotation up to and including `refresh_grace_secs`
+/// after it; one second later it is reuse: the family is revoked and its current token and
+/// access tokens stop working.
+#[tokio::test]
+async fn previous_token_replays_until_the_grace_boundary_and_one_second_later_revokes_the_family() {
+    let f = fixture().await;
+    let c = f.register("Repo Helper", &["https://app.example/cb"]).await;
+    let t0 = f.tokens(&Browser::new(), &c, "alice").await;
+    let r0 = t0.refresh_token.clone().unwrap();
+    let t1 = f.refresh(&c, &r0).await.unwrap();
+    let r1 = t1.refresh_token.clone().unwrap();
+    let before = f.family(&family_of(&r0)).await.unwrap();
+
+    f.clock.advance(GRACE);
+    let replay = f.refresh(&c, &r0).await.unwrap();
+    assert_eq!(replay.refresh_token.as_deref(), Some(r1.as_str()));
+    assert_eq!(
+        f.family(&family_of(&r0)).await.unwrap(),
+        before,
+        "a replay changes nothing"
+    );
+
+    f.clock.advance(1);
+    assert_eq!(
+        error_code(f.refresh(&c, &r0).await),
+        ErrorCode::InvalidGrant
+    );
+    let fam = f.family(&family_of(&r0)).await.unwrap();
+    assert!(fam.revoked && fam.replay.is_none());
+    assert_eq!(f.audited("refresh_reuse").await, 1);
+    assert_eq!(
+        error_code(f.refresh(&c, &r1).await),
+        ErrorCode::InvalidGrant
+    );
+    for access_token in [&t0.access_token, &t1.access_token, &replay.access_token] {
+        assert!(revoked(&f, access_token).await);
+    }
+}
+
+/// A family unused for `refresh_token_idle_ttl_secs` is gone: a refresh one second before
+/// works and restarts the idle time; exactly that long after it, the token is refused and the
+/// access tokens of the family stop too.
+#[tokio::test]
+async fn family_unused_for_the_idle_ttl_is_gone_with_its_access_tokens() {
+    let f = fixture().await;
+    let c = f.register("Repo Helper", &["https://app.example/cb"]).await;
+    let t0 = f.tokens(&Browser::new(), &c, "alice").await;
+    let r0 = t0.refresh_token.clone().unwrap();
+    f.clock.advance(IDLE - 1);
+    let t1 = f.refresh(&c, &r0).await.unwrap();
+    let r1 = t1.refresh_token.clone().unwrap();
+    f.clock.advance(IDLE - 1);
+    assert!(f.family(&family_of(&r1)).await.is_some());
+    f.clock.advance(1);
+    assert_eq!(
+        error_code(f.refresh(&c, &r1).await),
+        ErrorCode::InvalidGrant
+    );
+    assert!(f.family(&family_of(&r1)).await.is_none());
+    // Its access token has not reached its own expiry, but its family is gone.
+    assert!(revoked(&f, &t1.access_token).await);
+}
+
+/// A family ends `refresh_token_max_lifetime_secs` after it began, even when every refresh
+/// came well within the idle time.
+#[tokio::test]
+async fn family_ends_at_its_max_lifetime_however_often_it_is_refreshed() {
+    let f = fixture().await;
+    let c = f.register("Repo Helper", &["https://app.example/cb"]).await;
+    let t0 = f.tokens(&Browser::new(), &c, "alice").await;
+    let mut rt = t0.refresh_token.clone().unwrap();
+    // Refreshed at 900, 1800 and 2499 seconds: each within the idle time of the one before.
+    for step in [900, 900, MAX - 1 - 1_800] {
+        f.clock.advance(step);
+        rt = f.refresh(&c, &rt).await.unwrap().refresh_token.unwrap();
+    }
+    f.clock.advance(1);
+    assert_eq!(
+        error_code(f.refresh(&c, &rt).await),
+        ErrorCode::InvalidGrant
+    );
+    assert!(f.family(&family_of(&rt)).await.is_none());
+}
