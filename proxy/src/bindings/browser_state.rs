@@ -14,7 +14,26 @@ use crate::store::{Keyspace, Store, StoreError, StoreExt};
 /// Lifetime of an upstream state.
 pub const STATE_TTL_SECS: u64 = consent_cookie::TTL_SECS;
 
-/// Proof that a callback's state was issued to this very browser. Only this module makes one.
+/// Proof that a callback's state was issued to this very browser. Only this module makes one
+/// ([`take`]).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::browser_state::BrowserBound;
+/// use mcp_oauth_proxy::store::records::UpstreamStateRecord;
+/// // Private field: a state read from the store is not browser-bound until the flow cookie
+/// // was checked.
+/// fn forge(record: UpstreamStateRecord) -> BrowserBound<UpstreamStateRecord> {
+///     BrowserBound(record)
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::browser_state::BrowserBound;
+/// use mcp_oauth_proxy::store::records::UpstreamStateRecord;
+/// fn read(b: &BrowserBound<UpstreamStateRecord>) -> &UpstreamStateRecord {
+///     b.get()
+/// }
+/// ```
 #[derive(Debug)]
 pub struct BrowserBound<T>(T);
 
