@@ -13,6 +13,11 @@ use crate::store::{Keyspace, Store, StoreError, StoreExt};
 
 /// Lifetime of an upstream state.
 pub const STATE_TTL_SECS: u64 = consent_cookie::TTL_SECS;
+/// How long a person has to decide on the consent page: the lifetime of the transaction
+/// `/authorize` stores, which the decision takes before [`begin`] makes the state. With
+/// [`STATE_TTL_SECS`], how long an authorization may take in the browser (registration
+/// housekeeping spares registrations younger than that).
+pub const TXN_TTL_SECS: u64 = 600;
 
 /// Proof that a callback's state was issued to this very browser. Only this module makes one
 /// ([`take`]).

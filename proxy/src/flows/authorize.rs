@@ -10,6 +10,7 @@ use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::approvals;
+use crate::bindings::browser_state;
 use crate::bindings::consent_registry::NotCovered;
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::{self, Destination, RedirectMatched};
@@ -28,8 +29,6 @@ use crate::store::approvals as approval_store;
 use crate::store::records::TxnRecord;
 use crate::store::{Keyspace, StoreExt};
 
-/// How long a person has to decide on the consent page.
-pub const TXN_TTL_SECS: u64 = 600;
 /// The warning for an authorization that goes to a program on the person's own machine.
 const LOCAL_PROGRAM: &str = "A program on this computer will receive access";
 /// A client registered less recently than this gets a warning.
@@ -185,7 +184,7 @@ pub async fn authorize(
             Keyspace::Transactions,
             txn_id.as_str(),
             &txn,
-            Some(now.plus(TXN_TTL_SECS)),
+            Some(now.plus(browser_state::TXN_TTL_SECS)),
         )
         .await?;
 
