@@ -20,10 +20,33 @@ pub struct Session {
 
 /// Proof that this browser's sign-in is fresh and the navigation is not cross-site, the
 /// conditions (with a remembered consent and a usable grant) for skipping the consent page.
+/// Only [`Session::fresh_for_consent_skip`] makes one; a remembered consent is looked up from
+/// it, by value (`bindings::consent_registry::lookup`).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::ids::UserId;
+/// use mcp_oauth_proxy::session::FreshSession;
+/// // Private field: a fresh sign-in cannot be claimed outside this module.
+/// let forged = FreshSession { user_id: UserId::github(1) };
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::ids::UserId;
+/// use mcp_oauth_proxy::session::FreshSession;
+/// fn person(fresh: &FreshSession) -> &UserId {
+///     fresh.user_id()
+/// }
+/// ```
 #[derive(Debug)]
 pub struct FreshSession {
-    /// The person.
-    pub user_id: UserId,
+    user_id: UserId,
+}
+
+impl FreshSession {
+    /// The person signed in.
+    pub fn user_id(&self) -> &UserId {
+        &self.user_id
+    }
 }
 
 impl Session {

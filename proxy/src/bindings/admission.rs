@@ -13,6 +13,14 @@
 //! use mcp_oauth_proxy::bindings::admission::Admitted;
 //! let forged = Admitted { user_id: mcp_oauth_proxy::ids::UserId::github(1) };
 //! ```
+//!
+//! ```
+//! use mcp_oauth_proxy::bindings::admission::Admitted;
+//! use mcp_oauth_proxy::ids::UserId;
+//! fn who(a: &Admitted) -> &UserId {
+//!     a.user_id()
+//! }
+//! ```
 
 use serde::Deserialize;
 

@@ -5,8 +5,21 @@
 
 use crate::oauth::error::{ErrorCode, OAuthError};
 
-/// The canonical MCP resource a code or token is bound to. Only this module makes one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The canonical MCP resource a code or token is bound to. Only this module makes one
+/// ([`check_resource`], [`recheck`]).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::audience::Audience;
+/// // Private field: a resource is not an audience until it was checked.
+/// let forged = Audience("https://elsewhere.example/mcp".to_owned());
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::audience::{Audience, check_resource};
+/// let a: Audience = check_resource(None, "https://mcp.example.com/mcp").unwrap();
+/// assert_eq!(a.as_str(), "https://mcp.example.com/mcp");
+/// ```
+#[derive(Debug, PartialEq, Eq)]
 pub struct Audience(String);
 
 impl Audience {
@@ -58,8 +71,25 @@ pub fn check_resource(requested: Option<&str>, canonical: &str) -> Result<Audien
     }
 }
 
-/// A token record proven to be for this server's resource. Only this module makes one; the
-/// gateway forwards only requests that carry one.
+/// A token record proven to be for this server's resource. Only this module makes one
+/// ([`audienced`]); the gateway forwards only requests that carry one.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::audience::Audienced;
+/// use mcp_oauth_proxy::store::records::AccessTokenRecord;
+/// // Private field: a token for another resource cannot be passed off as checked.
+/// fn forge(record: AccessTokenRecord) -> Audienced<AccessTokenRecord> {
+///     Audienced(record)
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::audience::{AudienceRejection, Audienced, audienced};
+/// use mcp_oauth_proxy::store::records::AccessTokenRecord;
+/// fn check(record: AccessTokenRecord) -> Result<Audienced<AccessTokenRecord>, AudienceRejection> {
+///     audienced(record, "https://mcp.example.com/mcp")
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Audienced<T>(T);
 

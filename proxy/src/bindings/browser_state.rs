@@ -13,8 +13,32 @@ use crate::store::{Store, StoreError, upstream_states};
 
 /// Lifetime of an upstream state.
 pub const STATE_TTL_SECS: u64 = consent_cookie::TTL_SECS;
+/// How long a person has to decide on the consent page: the lifetime of the transaction
+/// `/authorize` stores, which the decision takes before [`begin`] makes the state. With
+/// [`STATE_TTL_SECS`], how long an authorization may take in the browser (registration
+/// housekeeping spares registrations younger than that).
+pub const TXN_TTL_SECS: u64 = 600;
 
-/// Proof that a callback's state was issued to this very browser. Only this module makes one.
+/// Proof that a callback's state was issued to this very browser. Only this module makes one
+/// ([`take`]).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::browser_state::BrowserBound;
+/// use mcp_oauth_proxy::store::records::UpstreamStateRecord;
+/// // Private field: a state read from the store is not browser-bound until the flow cookie
+/// // was checked.
+/// fn forge(record: UpstreamStateRecord) -> BrowserBound<UpstreamStateRecord> {
+///     BrowserBound(record)
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::browser_state::BrowserBound;
+/// use mcp_oauth_proxy::store::records::UpstreamStateRecord;
+/// fn read(b: &BrowserBound<UpstreamStateRecord>) -> &UpstreamStateRecord {
+///     b.get()
+/// }
+/// ```
 #[derive(Debug)]
 pub struct BrowserBound<T>(T);
 

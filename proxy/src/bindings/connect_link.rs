@@ -118,7 +118,24 @@ pub async fn request(
 }
 
 /// The person who opened a link is the person it was made for, with a recent sign-in. Only
-/// this module makes one.
+/// this module makes one ([`open`]).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::connect_link::OpenedBy;
+/// use mcp_oauth_proxy::store::records::ConnectLinkRecord;
+/// // Private fields: a link cannot be declared opened by its person outside this module.
+/// fn forge(link: ConnectLinkRecord) -> OpenedBy {
+///     OpenedBy { link, code_hash: String::new() }
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::connect_link::OpenedBy;
+/// use mcp_oauth_proxy::store::records::ConnectLinkRecord;
+/// fn read(o: &OpenedBy) -> &ConnectLinkRecord {
+///     o.link()
+/// }
+/// ```
 #[derive(Debug)]
 pub struct OpenedBy {
     link: ConnectLinkRecord,

@@ -5,27 +5,75 @@
 //! scopes, or a client whose metadata changed (a new metadata document, an edited configured
 //! client) are not covered and need the consent page again.
 
+use super::admission::Admitted;
 use super::browser_state::BrowserBound;
 use super::redirect::RedirectMatched;
 use crate::clock::UnixTime;
 use crate::ids::{ClientId, UserId};
 use crate::oauth::scope::ScopeSet;
+use crate::session::FreshSession;
 use crate::store::records::{ConsentRecord, UpstreamStateRecord};
 use crate::store::{Store, StoreError, consents};
 
-/// Proof that this person consented to this client, redirect URI and scopes. Only this module
-/// makes one.
-#[derive(Debug, Clone)]
+/// How we know the person is at this browser now. A consent is made from one, by value, so
+/// the person it is for is the person present.
+#[derive(Debug)]
+pub enum Presence {
+    /// They just came back from GitHub to the browser that approved the consent page.
+    Callback(Box<BrowserBound<UpstreamStateRecord>>),
+    /// A fresh sign-in in this browser, a same-origin or direct navigation, and a remembered
+    /// consent.
+    Session(FreshSession),
+}
+
+/// Proof that this person consented to this client, redirect URI and scopes, and is present
+/// in this browser now. Only this module makes one: [`lookup`] from a [`FreshSession`] (the
+/// person is the session's), [`record`] from the callback's [`BrowserBound`] state and the
+/// [`Admitted`] person GitHub just confirmed. It carries that presence, so code issuance
+/// takes no session of its own and cannot pair one person's session with another's consent.
+/// No `Clone`: one consent check, one code.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::consent_registry::{ConsentGranted, Presence};
+/// use mcp_oauth_proxy::bindings::redirect::RedirectMatched;
+/// use mcp_oauth_proxy::ids::UserId;
+/// use mcp_oauth_proxy::oauth::scope::ScopeSet;
+/// use mcp_oauth_proxy::session::FreshSession;
+/// // Private fields: Alice's consent cannot be put together with Bob's session.
+/// fn forge(bobs: FreshSession, redirect: RedirectMatched, scopes: ScopeSet) -> ConsentGranted {
+///     ConsentGranted {
+///         user_id: UserId::github(1),
+///         redirect,
+///         scopes,
+///         presence: Presence::Session(bobs),
+///     }
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::consent_registry::{ConsentGranted, Presence};
+/// use mcp_oauth_proxy::ids::{ClientId, UserId};
+/// // What a consent says: the person and client it was granted for, and how they are here.
+/// fn who(c: &ConsentGranted) -> (&UserId, &ClientId, bool) {
+///     (c.user_id(), c.client_id(), matches!(c.presence(), Presence::Session(_)))
+/// }
+/// ```
+#[derive(Debug)]
 pub struct ConsentGranted {
     user_id: UserId,
     redirect: RedirectMatched,
     scopes: ScopeSet,
+    presence: Presence,
 }
 
 impl ConsentGranted {
-    /// The person.
+    /// The person it was granted by, who is the person present.
     pub fn user_id(&self) -> &UserId {
         &self.user_id
+    }
+    /// The client it was granted to.
+    pub fn client_id(&self) -> &ClientId {
+        self.redirect.client_id()
     }
     /// The matched redirect.
     pub fn redirect(&self) -> &RedirectMatched {
@@ -35,7 +83,16 @@ impl ConsentGranted {
     pub fn scopes(&self) -> &ScopeSet {
         &self.scopes
     }
+    /// How the person is known to be at this browser.
+    pub fn presence(&self) -> &Presence {
+        &self.presence
+    }
 }
+
+/// A remembered consent did not cover the request; the redirect is handed back for the
+/// consent page.
+#[derive(Debug)]
+pub struct NotCovered(pub RedirectMatched);
 
 /// Whether a stored consent was given for the client as it is now. Records from before
 /// fingerprints can only be for registered clients (the only kind there was), whose
@@ -50,41 +107,58 @@ fn same_client(rec: &ConsentRecord, fingerprint: &str) -> bool {
     }
 }
 
-/// Looks up a remembered consent covering this request, given for the client metadata with
-/// this `fingerprint`.
-pub async fn lookup(
+/// Whether a remembered consent of `user` covers this request, given for the client metadata
+/// with this `fingerprint`.
+pub async fn on_record(
     store: &dyn Store,
     user: &UserId,
     redirect: &RedirectMatched,
     scopes: &ScopeSet,
     fingerprint: &str,
-) -> Result<Option<ConsentGranted>, StoreError> {
+) -> Result<bool, StoreError> {
     let rec = consents::get(store, user, redirect.client_id(), redirect.registered()).await?;
-    Ok(rec
-        .filter(|r| {
-            r.user_id == *user
-                && r.client_id == *redirect.client_id()
-                && r.scopes.covers(scopes)
-                && same_client(r, fingerprint)
-        })
-        .map(|_| ConsentGranted {
-            user_id: user.clone(),
-            redirect: redirect.clone(),
-            scopes: scopes.clone(),
-        }))
+    Ok(rec.is_some_and(|r| {
+        r.user_id == *user
+            && r.client_id == *redirect.client_id()
+            && r.scopes.covers(scopes)
+            && same_client(&r, fingerprint)
+    }))
+}
+
+/// The consent page may be skipped: the fresh session's person has a remembered consent
+/// covering this request (client metadata with this `fingerprint`). The consent is looked up
+/// for the session's own person, so another person's consent never covers it.
+pub async fn lookup(
+    store: &dyn Store,
+    fresh: FreshSession,
+    redirect: RedirectMatched,
+    scopes: &ScopeSet,
+    fingerprint: &str,
+) -> Result<Result<ConsentGranted, NotCovered>, StoreError> {
+    if !on_record(store, fresh.user_id(), &redirect, scopes, fingerprint).await? {
+        return Ok(Err(NotCovered(redirect)));
+    }
+    Ok(Ok(ConsentGranted {
+        user_id: fresh.user_id().clone(),
+        redirect,
+        scopes: scopes.clone(),
+        presence: Presence::Session(fresh),
+    }))
 }
 
 /// Records the consent the person gave on the consent page. Requires the proof that the
-/// GitHub callback came back to the browser that approved.
+/// GitHub callback came back to the browser that approved, and the person GitHub confirmed
+/// there and `[access]` admitted: the consent is theirs.
 pub async fn record(
     store: &dyn Store,
     now: UnixTime,
-    user: &UserId,
+    admitted: &Admitted,
     redirect: RedirectMatched,
     scopes: ScopeSet,
     fingerprint: &str,
-    _approved_in_this_browser: &BrowserBound<UpstreamStateRecord>,
+    approved_in_this_browser: BrowserBound<UpstreamStateRecord>,
 ) -> Result<ConsentGranted, StoreError> {
+    let user = admitted.user_id();
     let previous = consents::get(store, user, redirect.client_id(), redirect.registered()).await?;
     // The person approved `scopes` now and whatever the earlier record holds before, as long
     // as that was for the same client metadata.
@@ -108,6 +182,7 @@ pub async fn record(
         user_id: user.clone(),
         redirect,
         scopes,
+        presence: Presence::Callback(Box::new(approved_in_this_browser)),
     })
 }
 
@@ -199,9 +274,9 @@ mod tests {
         let a = redirect("client-a", "https://a.example/cb");
         put(&s, &alice, &a, "read:user").await;
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(lookup(&s, &alice, &a, &scopes, FP).await.unwrap().is_some());
+        assert!(on_record(&s, &alice, &a, &scopes, FP).await.unwrap());
         let b = redirect("client-b", "https://a.example/cb");
-        assert!(lookup(&s, &alice, &b, &scopes, FP).await.unwrap().is_none());
+        assert!(!on_record(&s, &alice, &b, &scopes, FP).await.unwrap());
     }
 
     #[tokio::test]
@@ -211,10 +286,48 @@ mod tests {
         put(&s, &UserId::github(1), &a, "read:user").await;
         let scopes = ScopeSet::parse("read:user").unwrap();
         assert!(
-            lookup(&s, &UserId::github(2), &a, &scopes, FP)
+            !on_record(&s, &UserId::github(2), &a, &scopes, FP)
                 .await
                 .unwrap()
-                .is_none()
+        );
+    }
+
+    fn fresh(user: &UserId) -> FreshSession {
+        use crate::store::records::SessionRecord;
+        let session = crate::session::Session {
+            token_hash: "h".into(),
+            record: SessionRecord {
+                user_id: user.clone(),
+                login: crate::ids::GitHubLogin::new("someone"),
+                auth_time: UnixTime(1_000),
+            },
+        };
+        session
+            .fresh_for_consent_skip(UnixTime(1_001), &Default::default(), Some("none"))
+            .unwrap()
+    }
+
+    /// Mallory's fresh session on Alice's consent: the lookup is for the session's own person,
+    /// so Alice's consent makes no witness for Mallory (and a witness cannot be assembled from
+    /// parts: see the `compile_fail` example on `ConsentGranted`).
+    #[tokio::test]
+    async fn one_persons_session_with_another_persons_consent_is_refused() {
+        let s = store();
+        let (alice, mallory) = (UserId::github(1), UserId::github(2));
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        let scopes = ScopeSet::parse("read:user").unwrap();
+        let refused = lookup(&s, fresh(&mallory), a, &scopes, FP).await.unwrap();
+        let NotCovered(a) = refused.unwrap_err();
+        let granted = lookup(&s, fresh(&alice), a, &scopes, FP)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(granted.user_id(), &alice);
+        assert_eq!(granted.client_id(), &ClientId::new("client-a"));
+        assert!(
+            matches!(granted.presence(), Presence::Session(f) if f.user_id() == &alice),
+            "the consent carries the session it was looked up for"
         );
     }
 
@@ -225,7 +338,7 @@ mod tests {
         let a = redirect("client-a", "https://a.example/cb");
         put(&s, &alice, &a, "read:user").await;
         let more = ScopeSet::parse("read:user repo").unwrap();
-        assert!(lookup(&s, &alice, &a, &more, FP).await.unwrap().is_none());
+        assert!(!on_record(&s, &alice, &a, &more, FP).await.unwrap());
     }
 
     #[tokio::test]
@@ -242,12 +355,7 @@ mod tests {
         let second =
             match_redirect(&ClientId::new("c"), &regs, Some("https://other.example/cb")).unwrap();
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(
-            lookup(&s, &alice, &second, &scopes, FP)
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(!on_record(&s, &alice, &second, &scopes, FP).await.unwrap());
     }
 
     #[tokio::test]
@@ -261,12 +369,7 @@ mod tests {
         let later =
             match_redirect(&ClientId::new("c"), &regs, Some("http://127.0.0.1:6000/cb")).unwrap();
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(
-            lookup(&s, &alice, &later, &scopes, FP)
-                .await
-                .unwrap()
-                .is_some()
-        );
+        assert!(on_record(&s, &alice, &later, &scopes, FP).await.unwrap());
     }
 
     #[tokio::test]
@@ -287,13 +390,8 @@ mod tests {
         let a = redirect("https://app.example/client.json", "https://a.example/cb");
         put(&s, &alice, &a, "read:user").await;
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(lookup(&s, &alice, &a, &scopes, FP).await.unwrap().is_some());
-        assert!(
-            lookup(&s, &alice, &a, &scopes, "fp-2")
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(on_record(&s, &alice, &a, &scopes, FP).await.unwrap());
+        assert!(!on_record(&s, &alice, &a, &scopes, "fp-2").await.unwrap());
     }
 
     #[tokio::test]
@@ -303,20 +401,10 @@ mod tests {
         let scopes = ScopeSet::parse("read:user").unwrap();
         let dcr = redirect("mcpc_abc", "https://a.example/cb");
         put_with(&s, &alice, &dcr, "read:user", None).await;
-        assert!(
-            lookup(&s, &alice, &dcr, &scopes, FP)
-                .await
-                .unwrap()
-                .is_some()
-        );
+        assert!(on_record(&s, &alice, &dcr, &scopes, FP).await.unwrap());
         let doc = redirect("https://app.example/c.json", "https://a.example/cb");
         put_with(&s, &alice, &doc, "read:user", None).await;
-        assert!(
-            lookup(&s, &alice, &doc, &scopes, FP)
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(!on_record(&s, &alice, &doc, &scopes, FP).await.unwrap());
     }
 
     #[tokio::test]
@@ -327,6 +415,6 @@ mod tests {
         put(&s, &alice, &a, "read:user").await;
         assert_eq!(revoke_client(&s, &alice, a.client_id()).await.unwrap(), 1);
         let scopes = ScopeSet::parse("read:user").unwrap();
-        assert!(lookup(&s, &alice, &a, &scopes, FP).await.unwrap().is_none());
+        assert!(!on_record(&s, &alice, &a, &scopes, FP).await.unwrap());
     }
 }

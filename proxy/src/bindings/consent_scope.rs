@@ -124,6 +124,13 @@ pub fn parse_reported(s: &str) -> Vec<String> {
 /// // Private field: a witness cannot be built outside its module.
 /// let forged = WithinConsent { reported: vec!["repo".to_owned()] };
 /// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::consent_scope::WithinConsent;
+/// fn reported(w: &WithinConsent) -> &[String] {
+///     w.reported()
+/// }
+/// ```
 #[derive(Debug)]
 pub struct WithinConsent {
     reported: Vec<String>,

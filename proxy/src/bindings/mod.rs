@@ -5,17 +5,18 @@
 //! |---|---|---|
 //! | redirect URI | [`redirect`] | `RedirectMatched` |
 //! | issuer (`iss`) | [`issuer`] | every client redirect is built from a `RedirectMatched` |
-//! | consent cookie | [`consent_cookie`] | MAC over purpose, client, flow, expiry |
+//! | consent cookie | [`consent_cookie`] | none: checked inside `browser_state::take` |
 //! | browser-bound state | [`browser_state`] | `BrowserBound<UpstreamStateRecord>` |
-//! | per-client consent | [`consent_registry`] | `ConsentGranted` |
+//! | per-client consent | [`consent_registry`] | `ConsentGranted` (carries the person's `Presence`) |
 //! | audience (RFC 8707) | [`audience`] | `Audience`, `Audienced<T>` |
 //! | no passthrough | [`upstream_auth`] | `BackendCredential` |
-//! | session binding | [`session_binding`] | `SessionBound` |
+//! | session binding | [`session_binding`] | `SessionBound`, `SessionChecked` |
 //! | connect-link opener | [`connect_link`] | `OpenedBy` |
 //! | admission (`[access]`) | [`admission`] | `Admitted` (storing a session or grant needs it) |
 //! | consent = real access | [`consent_scope`] | `WithinConsent` (storing a GitHub grant needs it) |
 //!
-//! `flows::codes::issue_code` needs all of them before a code exists.
+//! `flows::codes::issue_code` needs all of them before a code exists. Each witness has private
+//! fields, no `Clone`, and a `compile_fail` doc-test on its type.
 
 pub mod admission;
 pub mod approvals;

@@ -12,6 +12,7 @@
 //! scheme, never a host, so it can never borrow the approvals of the web host `claude.ai`.
 
 use crate::ids::ClientId;
+use crate::store::records::TxnRecord;
 
 /// Why a redirect URI was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,8 +253,42 @@ pub fn destination(uri: &str) -> Destination {
 }
 
 /// Proof that a request's redirect URI is one the client registered. Only this module makes
-/// one; code issuance and every redirect back to a client require it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// one ([`match_redirect`], and `of_transaction` for a match stored server-side); code
+/// issuance and every redirect back to a client require it. No `Clone`: a flow that hands the
+/// match on gets it back if it needs it again.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::redirect::RedirectMatched;
+/// use mcp_oauth_proxy::ids::ClientId;
+/// // Private fields: a redirect cannot be declared matched outside the redirect binding.
+/// let forged = RedirectMatched {
+///     client_id: ClientId::new("c"),
+///     uri: "https://evil.example/cb".to_owned(),
+///     registered: "https://evil.example/cb".to_owned(),
+///     explicit: true,
+/// };
+/// ```
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::redirect::{RedirectMatched, of_transaction};
+/// use mcp_oauth_proxy::store::records::TxnRecord;
+/// // Nor read back from a transaction record outside this crate (the flows read back only
+/// // what `/authorize` stored after a match).
+/// fn forge(txn: &TxnRecord) -> RedirectMatched {
+///     of_transaction(txn)
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::redirect::{RedirectMatched, match_redirect};
+/// use mcp_oauth_proxy::ids::ClientId;
+/// // The one way in from a request: the registration and the requested URI.
+/// let registered = ["https://app.example/cb".to_owned()];
+/// let m: RedirectMatched =
+///     match_redirect(&ClientId::new("c"), &registered, Some("https://app.example/cb")).unwrap();
+/// assert_eq!((m.uri(), m.registered(), m.explicit()), ("https://app.example/cb", "https://app.example/cb", true));
+/// ```
+#[derive(Debug, PartialEq, Eq)]
 pub struct RedirectMatched {
     client_id: ClientId,
     /// The URI exactly as the request gave it (or the single registered one).
@@ -297,20 +332,21 @@ impl RedirectMatched {
     pub fn registered(&self) -> &str {
         &self.registered
     }
-    /// Rebuilds the witness from a server-side transaction that was created from a match
-    /// earlier; never from request input.
-    pub(crate) fn from_stored(
-        client_id: ClientId,
-        uri: String,
-        registered: String,
-        explicit: bool,
-    ) -> RedirectMatched {
-        RedirectMatched {
-            client_id,
-            uri,
-            registered,
-            explicit,
-        }
+}
+
+/// The redirect a stored authorization transaction was matched with. `/authorize` stores a
+/// transaction only after [`match_redirect`] succeeded and copies the match into it; the
+/// record is server-side (the browser holds only its random id), so the consent decision and
+/// the GitHub callback read the match back instead of matching again: the person approved
+/// this redirect, even if the client's registration (a metadata document) changed meanwhile.
+/// Crate-only: a `TxnRecord` is plain data, so only the flows that took it from the store call
+/// this.
+pub(crate) fn of_transaction(txn: &TxnRecord) -> RedirectMatched {
+    RedirectMatched {
+        client_id: txn.client_id.clone(),
+        uri: txn.redirect_uri.clone(),
+        registered: txn.registered_redirect.clone(),
+        explicit: txn.redirect_uri_explicit,
     }
 }
 

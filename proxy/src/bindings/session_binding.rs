@@ -119,8 +119,25 @@ pub fn minted_session_id(response: &HeaderMap) -> Option<&str> {
 }
 
 /// The transport headers after the session check. The only source of the session id and the
-/// protocol version the backend receives.
-#[derive(Debug, Clone)]
+/// protocol version the backend receives. Only [`check_transport`] makes one.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::session_binding::SessionChecked;
+/// use mcp_oauth_proxy::gateway::jsonrpc::Version;
+/// // Private fields: headers the client sent are not checked until `check_transport` ran.
+/// fn forge(protocol_version: Option<http::HeaderValue>) -> SessionChecked {
+///     SessionChecked { version: Version::Sessions, protocol_version, session: None }
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::session_binding::{SessionBound, SessionChecked};
+/// use mcp_oauth_proxy::gateway::jsonrpc::Version;
+/// fn read(c: &SessionChecked) -> (Version, Option<&SessionBound>) {
+///     (c.version(), c.session())
+/// }
+/// ```
+#[derive(Debug)]
 pub struct SessionChecked {
     version: Version,
     protocol_version: Option<HeaderValue>,
@@ -213,8 +230,24 @@ pub const REQUEST_STATE_TTL_SECS: u64 = 3600;
 /// A stored session binding.
 pub use crate::store::records::McpSessionRecord as SessionRecord;
 
-/// A session presented by the right person and client. Only this module makes one.
-#[derive(Debug, Clone)]
+/// A session presented by the right person and client. Only this module makes one
+/// ([`check_session`]).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::session_binding::{SessionBound, SessionRecord};
+/// // Private fields: someone else's session id cannot be declared ours.
+/// fn forge(rec: SessionRecord, id: http::HeaderValue) -> SessionBound {
+///     SessionBound { rec, id }
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::session_binding::{SessionBound, SessionRecord};
+/// fn read(b: &SessionBound) -> &SessionRecord {
+///     b.get()
+/// }
+/// ```
+#[derive(Debug)]
 pub struct SessionBound {
     rec: SessionRecord,
     /// The id as presented (visible ASCII).

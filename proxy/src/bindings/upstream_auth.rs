@@ -32,7 +32,29 @@ const RESPONSE_ALLOW: &[&str] = &[
 ];
 
 /// What the backend is given instead of the client's token. Made only from a person's GitHub
-/// token for a request already proven to carry an audience-checked token.
+/// token or a backend token, for a request already proven to carry an audience-checked token
+/// ([`BackendCredential::github_token`], [`BackendCredential::backend_token`]).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::bindings::upstream_auth::BackendCredential;
+/// // Private field: the client's own header cannot become the backend's credential.
+/// fn forge(client_authorization: http::HeaderValue) -> BackendCredential {
+///     BackendCredential(client_authorization)
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::bindings::audience::Audienced;
+/// use mcp_oauth_proxy::bindings::upstream_auth::BackendCredential;
+/// use mcp_oauth_proxy::ids::BackendToken;
+/// use mcp_oauth_proxy::store::records::AccessTokenRecord;
+/// fn credential(
+///     checked: &Audienced<AccessTokenRecord>,
+///     token: &BackendToken,
+/// ) -> Option<BackendCredential> {
+///     BackendCredential::backend_token(checked, token)
+/// }
+/// ```
 pub struct BackendCredential(HeaderValue);
 
 impl std::fmt::Debug for BackendCredential {

@@ -101,13 +101,37 @@ impl FetchError {
     }
 }
 
-/// What a successful fetch returned.
-#[derive(Debug, Clone)]
+/// What a successful fetch returned: a body that came from a public address (loopback only
+/// with the development setting) within the budgets, without redirects, 200, at most
+/// [`MAX_BODY_BYTES`]. Only [`Fetcher::fetch`] makes one.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::clients::fetch::Fetched;
+/// // Private fields: a document cannot be passed off as fetched outside the fetcher.
+/// let forged = Fetched { body: b"{}".to_vec(), cache_control: None };
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::clients::fetch::Fetched;
+/// fn read(f: &Fetched) -> (&[u8], Option<&str>) {
+///     (f.body(), f.cache_control())
+/// }
+/// ```
+#[derive(Debug)]
 pub struct Fetched {
+    body: Vec<u8>,
+    cache_control: Option<String>,
+}
+
+impl Fetched {
     /// The body (at most [`MAX_BODY_BYTES`]).
-    pub body: Vec<u8>,
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
     /// The `Cache-Control` header, if any.
-    pub cache_control: Option<String>,
+    pub fn cache_control(&self) -> Option<&str> {
+        self.cache_control.as_deref()
+    }
 }
 
 /// Fetch settings.

@@ -57,23 +57,77 @@ pub enum ClientKind {
     },
 }
 
-/// A client as the flows use it.
-#[derive(Debug, Clone)]
+/// A client as the flows use it, resolved by the [`Directory`]: a configured entry, a metadata
+/// document that was fetched and validated (or its last valid copy) and is not blocked, or a
+/// stored registration. Only this module makes one. No `Clone`: the directory's cache keeps
+/// its own copy (`copy_for_cache`).
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::clients::{ClientKind, ResolvedClient};
+/// use mcp_oauth_proxy::store::records::ClientRecord;
+/// // Private fields: a client cannot be declared resolved (say, "verified") outside the
+/// // directory.
+/// fn forge(record: ClientRecord) -> ResolvedClient {
+///     ResolvedClient {
+///         fingerprint: String::new(),
+///         record,
+///         kind: ClientKind::Preregistered,
+///         remember_consent: true,
+///     }
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::clients::{ClientKind, ResolvedClient};
+/// use mcp_oauth_proxy::store::records::ClientRecord;
+/// fn read(c: &ResolvedClient) -> (&ClientRecord, &ClientKind, &str, bool, bool) {
+///     (c.record(), c.kind(), c.fingerprint(), c.remember_consent(), c.verified())
+/// }
+/// ```
+#[derive(Debug)]
 pub struct ResolvedClient {
-    /// The client record.
-    pub record: ClientRecord,
-    /// Its kind.
-    pub kind: ClientKind,
+    record: ClientRecord,
+    kind: ClientKind,
     /// What a consent covers (redirect URIs, name, auth method); see [`fingerprint`].
-    pub fingerprint: String,
+    fingerprint: String,
     /// Whether an approval may be remembered.
-    pub remember_consent: bool,
+    remember_consent: bool,
 }
 
 impl ResolvedClient {
+    /// The client record.
+    pub fn record(&self) -> &ClientRecord {
+        &self.record
+    }
+    /// Its kind.
+    pub fn kind(&self) -> &ClientKind {
+        &self.kind
+    }
+    /// What a consent covers (redirect URIs, name, auth method); see [`fingerprint`].
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+    /// Whether an approval may be remembered (`remember_consent = false` on a configured
+    /// client always shows the page).
+    pub fn remember_consent(&self) -> bool {
+        self.remember_consent
+    }
     /// Whether the operators vouch for the name.
     pub fn verified(&self) -> bool {
         self.kind == ClientKind::Preregistered
+    }
+    /// The client record, for callers that need only it.
+    pub fn into_record(self) -> ClientRecord {
+        self.record
+    }
+    /// The copy the directory's cache hands out until the document's lifetime ends.
+    fn copy_for_cache(&self) -> ResolvedClient {
+        ResolvedClient {
+            record: self.record.clone(),
+            kind: self.kind.clone(),
+            fingerprint: self.fingerprint.clone(),
+            remember_consent: self.remember_consent,
+        }
     }
 }
 
@@ -187,7 +241,7 @@ impl Directory {
         let mut all: Vec<ClientRecord> = self
             .preregistered
             .values()
-            .map(|c| preregistered(c).record)
+            .map(|c| preregistered(c).into_record())
             .collect();
         all.sort_by(|a, b| a.client_id.cmp(&b.client_id));
         all
@@ -222,7 +276,10 @@ impl Directory {
         id: &ClientId,
         from: Option<IpAddr>,
     ) -> Result<Option<ClientRecord>, ClientsError> {
-        Ok(self.resolve(id, from).await?.map(|c| c.record))
+        Ok(self
+            .resolve(id, from)
+            .await?
+            .map(ResolvedClient::into_record))
     }
 
     /// The client as last known, without fetching anything: for display (names on pages and
@@ -375,7 +432,7 @@ impl Directory {
             }
             Err(e) => return Err(e.into()),
         };
-        let doc = cimd::validate(id.as_str(), &fetched.body, &self.offered)?;
+        let doc = cimd::validate(id.as_str(), fetched.body(), &self.offered)?;
         let m = doc.metadata;
         let record = ClientRecord {
             client_id: id.clone(),
@@ -396,7 +453,7 @@ impl Directory {
             remember_consent: true,
         };
         if let Some(secs) = cimd::cache_secs(
-            fetched.cache_control.as_deref(),
+            fetched.cache_control(),
             self.policy.cache_min_secs,
             self.policy.cache_max_secs,
         ) {
@@ -478,7 +535,7 @@ impl Directory {
         cache
             .get(id)
             .filter(|c| now < c.until)
-            .map(|c| c.client.clone())
+            .map(|c| c.client.copy_for_cache())
     }
 
     fn remember(&self, id: &str, client: &ResolvedClient, until: UnixTime) {
@@ -502,7 +559,7 @@ impl Directory {
         cache.insert(
             id.to_owned(),
             Cached {
-                client: client.clone(),
+                client: client.copy_for_cache(),
                 until,
             },
         );

@@ -93,6 +93,20 @@ pub fn loopback_host_allowed(host: Option<&str>) -> bool {
 }
 
 /// Proof that the caller presented the admin token. Only [`authorize`] makes one.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::flows::admin::Operator;
+/// // Private field: an admin action cannot be reached without the token.
+/// let forged = Operator(());
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::app::App;
+/// use mcp_oauth_proxy::flows::admin::{AdminError, Operator, authorize};
+/// fn check(app: &App, authorization: Option<&str>) -> Result<Operator, AdminError> {
+///     authorize(app, authorization)
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Operator(());
 

@@ -5,11 +5,13 @@
 
 use consent_ui::{ConsentPage, ScopeView, WarningView};
 
-use super::codes::{self, Presence};
+use super::codes;
 use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::approvals;
+use crate::bindings::browser_state;
+use crate::bindings::consent_registry::NotCovered;
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect::{self, Destination, RedirectMatched};
 use crate::bindings::{audience, consent_registry, consent_scope};
@@ -27,8 +29,6 @@ use crate::store::approvals as approval_store;
 use crate::store::records::TxnRecord;
 use crate::store::transactions;
 
-/// How long a person has to decide on the consent page.
-pub const TXN_TTL_SECS: u64 = 600;
 /// The warning for an authorization that goes to a program on the person's own machine.
 const LOCAL_PROGRAM: &str = "A program on this computer will receive access";
 /// A client registered less recently than this gets a warning.
@@ -80,7 +80,7 @@ pub async fn authorize(
         }
         Err(e) => return Err(FlowError::Page(pages::client_unverifiable(e.description()))),
     };
-    let client = &resolved.record;
+    let client = resolved.record();
     let redirect = redirect::match_redirect(
         &client.client_id,
         &client.redirect_uris,
@@ -128,35 +128,34 @@ pub async fn authorize(
     // 3. Skip the page only with a fresh sign-in, a covering consent, a navigation that is not
     //    cross-site, a GitHub grant that still works, and the person still admitted.
     let session = session::current(app.store.as_ref(), input.session_cookie.as_deref()).await?;
+    let mut redirect = redirect;
     if let Some(s) = &session
-        && resolved.remember_consent
+        && resolved.remember_consent()
         && let Some(fresh) =
             s.fresh_for_consent_skip(now, &app.config.session, input.sec_fetch_site.as_deref())
     {
-        let usable = app.grants.status(&fresh.user_id).await? == GrantStatus::Usable
+        let usable = app.grants.status(fresh.user_id()).await? == GrantStatus::Usable
             // Asked again of GitHub when due; anything but admitted goes through the page and
             // a sign-in, where admission is decided afresh.
-            && super::admission::standing(app, &fresh.user_id).await?
+            && super::admission::standing(app, fresh.user_id()).await?
                 == super::admission::Verdict::Admitted;
-        let consent = consent_registry::lookup(
-            app.store.as_ref(),
-            &fresh.user_id,
-            &redirect,
-            &scopes,
-            &resolved.fingerprint,
-        )
-        .await?;
-        if let (true, Some(consent)) = (usable, consent) {
-            let url = codes::issue_code(
-                app,
-                consent,
-                Presence::Session(fresh),
-                challenge,
-                audience,
-                state,
+        if usable {
+            // The consent is looked up for the session's own person and carries that session.
+            redirect = match consent_registry::lookup(
+                app.store.as_ref(),
+                fresh,
+                redirect,
+                &scopes,
+                resolved.fingerprint(),
             )
-            .await?;
-            return Ok(AuthorizeOutcome::Redirect(url));
+            .await?
+            {
+                Ok(consent) => {
+                    let url = codes::issue_code(app, consent, challenge, audience, state).await?;
+                    return Ok(AuthorizeOutcome::Redirect(url));
+                }
+                Err(NotCovered(redirect)) => redirect,
+            };
         }
     }
 
@@ -166,7 +165,7 @@ pub async fn authorize(
     let txn_id = TxnId::new(crypto::random_token()?);
     let warnings = warnings(app, &resolved, &redirect).await?;
     let txn = TxnRecord {
-        client_fingerprint: resolved.fingerprint.clone(),
+        client_fingerprint: resolved.fingerprint().to_owned(),
         warnings: warnings.iter().map(|w| w.title.clone()).collect(),
         client_id: client.client_id.clone(),
         redirect_uri: redirect.uri().to_owned(),
@@ -180,7 +179,7 @@ pub async fn authorize(
         created_at: now,
         confirm_shown_at_ms: None,
     };
-    transactions::put(app.store.as_ref(), &txn_id, &txn, now.plus(TXN_TTL_SECS)).await?;
+    transactions::put(app.store.as_ref(), &txn_id, &txn, now.plus(browser_state::TXN_TTL_SECS)).await?;
 
     app.audit
         .record(AuditEvent::ConsentShown {
@@ -193,14 +192,14 @@ pub async fn authorize(
         client_name: client.display_name(),
         client_verified: resolved.verified(),
         client_id: client.client_id.as_str().to_owned(),
-        client_id_host: match &resolved.kind {
+        client_id_host: match resolved.kind() {
             ClientKind::MetadataDocument { host } => Some(host.clone()),
             _ => None,
         },
         redirect_uri: redirect.uri().to_owned(),
         redirect_host: redirect.destination_key(),
         redirect_app_scheme: redirect.destination().app_scheme().map(str::to_owned),
-        registered_ago: match &resolved.kind {
+        registered_ago: match resolved.kind() {
             ClientKind::Preregistered => "configured by this server's operators".to_owned(),
             ClientKind::MetadataDocument { .. } => {
                 // `registered_at` of a document is its last change of redirects, name or method.
@@ -241,7 +240,7 @@ async fn warnings(
     redirect: &RedirectMatched,
 ) -> Result<Vec<WarningView>, FlowError> {
     let now = app.clock.now();
-    let client = &resolved.record;
+    let client = resolved.record();
     let mut out = Vec::new();
     let rules = app.approval_rules();
     let wall_age = now.since(client.registered_at);
@@ -249,8 +248,8 @@ async fn warnings(
     let client_approvals = approval_store::of_client(app.store.as_ref(), &client.client_id).await?;
     let established =
         approvals::established_secs(rules, wall_age, client_approvals.as_ref(), None, now);
-    if resolved.kind != ClientKind::Preregistered && established < NEW_CLIENT_SECS {
-        let when = if matches!(resolved.kind, ClientKind::MetadataDocument { .. }) {
+    if *resolved.kind() != ClientKind::Preregistered && established < NEW_CLIENT_SECS {
+        let when = if matches!(resolved.kind(), ClientKind::MetadataDocument { .. }) {
             "This server first saw it, or saw its redirect addresses or name change,"
         } else {
             "It was registered"
@@ -290,7 +289,7 @@ async fn warnings(
             ),
         }),
         Destination::Site(host) => {
-            if let ClientKind::MetadataDocument { host: published } = &resolved.kind
+            if let ClientKind::MetadataDocument { host: published } = resolved.kind()
                 && !published.eq_ignore_ascii_case(host)
             {
                 out.push(WarningView {

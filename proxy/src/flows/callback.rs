@@ -3,7 +3,7 @@
 //! `/user`, store their GitHub grant sealed, start a proxy session, and then either record
 //! the consent and issue a code to the MCP client, or finish a plain sign-in.
 
-use super::codes::{self, Presence};
+use super::codes;
 use super::github_access;
 use super::{FlowError, pages};
 use crate::app::App;
@@ -11,7 +11,7 @@ use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::admission::Admitted;
 use crate::bindings::browser_state::{self, StateError};
 use crate::bindings::issuer::{self, Response};
-use crate::bindings::redirect::RedirectMatched;
+use crate::bindings::redirect;
 use crate::bindings::{audience, connect_link, consent_registry};
 use crate::cookies;
 use crate::github::client::{GitHubError, GitHubTokens, GitHubUser};
@@ -44,14 +44,8 @@ fn client_error(
     code: ErrorCode,
     description: &'static str,
 ) -> FlowError {
-    let redirect = RedirectMatched::from_stored(
-        txn.client_id.clone(),
-        txn.redirect_uri.clone(),
-        txn.registered_redirect.clone(),
-        txn.redirect_uri_explicit,
-    );
     FlowError::ClientRedirect(issuer::client_redirect(
-        &redirect,
+        &redirect::of_transaction(txn),
         app.issuer(),
         Response::Error(code, description),
         txn.client_state.as_deref(),
@@ -197,21 +191,18 @@ pub async fn github_callback(
                 })
                 .await?;
             let set_cookies = sign_in(app, now, &admitted, &gh).await?;
-            let redirect = RedirectMatched::from_stored(
-                txn.client_id.clone(),
-                txn.redirect_uri.clone(),
-                txn.registered_redirect.clone(),
-                txn.redirect_uri_explicit,
-            );
+            let redirect = redirect::of_transaction(&txn);
             let host = redirect.destination_key();
+            // The consent is the admitted person's and carries this browser's state: the code
+            // is issued to the person GitHub just confirmed, in the browser that approved.
             let consent = consent_registry::record(
                 app.store.as_ref(),
                 now,
-                &user_id,
+                &admitted,
                 redirect,
                 txn.scopes.clone(),
                 &txn.client_fingerprint,
-                &bound,
+                bound,
             )
             .await?;
             // Approving a client on the consent page lets it use GitHub with those scopes.
@@ -229,7 +220,6 @@ pub async fn github_callback(
             let location = codes::issue_code(
                 app,
                 consent,
-                Presence::Callback(Box::new(bound)),
                 txn.code_challenge.clone(),
                 audience,
                 txn.client_state.as_deref(),

@@ -1,8 +1,9 @@
 //! Issuing an authorization code. `issue_code` takes, by value, the proof of every binding
-//! that must hold before a code may exist: the redirect URI matched the registration and the
-//! person consented to this client, redirect and scopes (`ConsentGranted`), the person is
-//! present in this browser (`Presence`), PKCE was validated (`CodeChallenge`) and the
-//! audience is this server's resource (`Audience`). The redirect it returns carries `iss`.
+//! that must hold before a code may exist: the redirect URI matched the registration, the
+//! person consented to this client, redirect and scopes and is present in this browser
+//! (`ConsentGranted`, which carries the `RedirectMatched` and the `Presence` it was made
+//! from), PKCE was validated (`CodeChallenge`) and the audience is this server's resource
+//! (`Audience`). The redirect it returns carries `iss`.
 
 use super::FlowError;
 use crate::app::App;
@@ -10,50 +11,36 @@ use crate::audit::AuditEvent;
 use crate::audit::detect;
 use crate::bindings::approvals;
 use crate::bindings::audience::Audience;
-use crate::bindings::browser_state::BrowserBound;
-use crate::bindings::consent_registry::{self, ConsentGranted};
+use crate::bindings::consent_registry::{self, ConsentGranted, Presence};
 use crate::bindings::issuer::{self, Response};
-use crate::bindings::redirect::RedirectMatched;
 use crate::oauth::grant;
 use crate::oauth::pkce::CodeChallenge;
-use crate::session::FreshSession;
 use crate::store::approvals as approval_store;
 use crate::store::codes;
-use crate::store::records::{ClientRecord, CodeRecord, UpstreamStateRecord};
-
-/// How we know the person is at this browser now.
-#[derive(Debug)]
-pub enum Presence {
-    /// They just came back from GitHub to the browser that approved the consent page.
-    Callback(Box<BrowserBound<UpstreamStateRecord>>),
-    /// A fresh sign-in in this browser, a same-origin or direct navigation, and a remembered
-    /// consent.
-    Session(FreshSession),
-}
+use crate::store::records::{ClientRecord, CodeRecord};
 
 /// What detection needs to know about a code being issued, read back from the store rather
 /// than trusted from the proof in hand (a regression that forged `ConsentGranted` would show).
 async fn code_issue_facts(
     app: &App,
     consent: &ConsentGranted,
-    redirect: &RedirectMatched,
 ) -> Result<detect::CodeIssueFacts, FlowError> {
     let user = consent.user_id();
+    let redirect = consent.redirect();
     // Every kind of client (configured, metadata document, registered), without fetching.
     let client: Option<ClientRecord> = app.clients.known(redirect.client_id()).await?;
     let fingerprint = client
         .as_ref()
         .map(crate::clients::fingerprint)
         .unwrap_or_default();
-    let on_record = consent_registry::lookup(
+    let on_record = consent_registry::on_record(
         app.store.as_ref(),
         user,
         redirect,
         consent.scopes(),
         &fingerprint,
     )
-    .await?
-    .is_some();
+    .await?;
     let host = redirect.destination_key();
     let rules = app.approval_rules();
     let seen = approval_store::seen_host(app.store.as_ref(), &host).await?;
@@ -81,17 +68,43 @@ async fn code_issue_facts(
     })
 }
 
-/// Stores a single-use code and returns the redirect to the client.
+/// Stores a single-use code and returns the redirect to the client. The person the code is
+/// for is the consent's, and so is the proof they are present: there is no separate session
+/// argument to pair with someone else's consent.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::app::App;
+/// use mcp_oauth_proxy::bindings::audience::Audience;
+/// use mcp_oauth_proxy::bindings::consent_registry::{ConsentGranted, Presence};
+/// use mcp_oauth_proxy::flows::codes::issue_code;
+/// use mcp_oauth_proxy::oauth::pkce::CodeChallenge;
+/// use mcp_oauth_proxy::session::FreshSession;
+/// // Alice's consent with Mallory's fresh session: no such call exists.
+/// async fn pair(app: &App, alices: ConsentGranted, mallorys: FreshSession, c: CodeChallenge, a: Audience) {
+///     let _ = issue_code(app, alices, Presence::Session(mallorys), c, a, None).await;
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::app::App;
+/// use mcp_oauth_proxy::bindings::audience::Audience;
+/// use mcp_oauth_proxy::bindings::consent_registry::ConsentGranted;
+/// use mcp_oauth_proxy::flows::codes::issue_code;
+/// use mcp_oauth_proxy::oauth::pkce::CodeChallenge;
+/// // The call that exists: the consent brings its own presence.
+/// async fn issue(app: &App, consent: ConsentGranted, c: CodeChallenge, a: Audience) {
+///     let _ = issue_code(app, consent, c, a, None).await;
+/// }
+/// ```
 pub async fn issue_code(
     app: &App,
     consent: ConsentGranted,
-    presence: Presence,
     challenge: CodeChallenge,
     audience: Audience,
     client_state: Option<&str>,
 ) -> Result<String, FlowError> {
     let now = app.clock.now();
-    let redirect = consent.redirect().clone();
+    let redirect = consent.redirect();
     // The client completed an authorization: its registration is kept for good. Before the
     // code exists, so a registration that is gone gets none.
     super::register::mark_used(app, redirect.client_id()).await?;
@@ -124,15 +137,13 @@ pub async fn issue_code(
         redirect.client_id(),
     )
     .await?;
-    let alerts = detect::code_issue_alerts(
-        &app.config.alerts,
-        &code_issue_facts(app, &consent, &redirect).await?,
-    );
+    let alerts =
+        detect::code_issue_alerts(&app.config.alerts, &code_issue_facts(app, &consent).await?);
     app.audit
         .record(AuditEvent::CodeIssued {
             user_id: consent.user_id().clone(),
             client_id: redirect.client_id().clone(),
-            consent_remembered: matches!(presence, Presence::Session(_)),
+            consent_remembered: matches!(consent.presence(), Presence::Session(_)),
             code_id,
             family_id: record.family_id.clone(),
             redirect_uri: redirect.registered().to_owned(),
@@ -142,7 +153,7 @@ pub async fn issue_code(
         app.audit.record(alert).await?;
     }
     Ok(issuer::client_redirect(
-        &redirect,
+        redirect,
         app.issuer(),
         Response::Code(code.secret()),
         client_state,

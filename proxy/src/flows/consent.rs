@@ -19,7 +19,7 @@ use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::browser_state;
 use crate::bindings::issuer::{self, Response};
-use crate::bindings::redirect::RedirectMatched;
+use crate::bindings::redirect;
 use crate::crypto;
 use crate::csrf;
 use crate::ids::TxnId;
@@ -122,13 +122,6 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
     if !crypto::ct_eq(txn.browser.as_bytes(), browser.as_bytes()) {
         return Err(FlowError::Page(pages::FORBIDDEN_FORM));
     }
-    let redirect = RedirectMatched::from_stored(
-        txn.client_id.clone(),
-        txn.redirect_uri.clone(),
-        txn.registered_redirect.clone(),
-        txn.redirect_uri_explicit,
-    );
-
     // Who decided, as far as this browser's session says; GitHub confirms it at the callback.
     let person = crate::session::current(app.store.as_ref(), input.session_cookie)
         .await?
@@ -145,7 +138,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
                 })
                 .await?;
             Ok(ConsentOutcome::ToClient(issuer::client_redirect(
-                &redirect,
+                &redirect::of_transaction(&txn),
                 app.issuer(),
                 Response::Error(ErrorCode::AccessDenied, "the person denied the request"),
                 txn.client_state.as_deref(),

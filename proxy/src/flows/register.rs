@@ -67,8 +67,9 @@ impl Refusal {
 /// How long a new registration is protected from dedupe: the consent transaction and the
 /// GitHub state may each take ten minutes, plus ten for the client to open the browser after
 /// registering.
-pub const AUTHORIZATION_WINDOW_SECS: u64 =
-    crate::flows::authorize::TXN_TTL_SECS + crate::bindings::browser_state::STATE_TTL_SECS + 600;
+pub const AUTHORIZATION_WINDOW_SECS: u64 = crate::bindings::browser_state::TXN_TTL_SECS
+    + crate::bindings::browser_state::STATE_TTL_SECS
+    + 600;
 
 /// Whether the request carries the configured initial access token (the operator vouched for
 /// the caller, so the per-IP rate limit does not apply).

@@ -157,6 +157,15 @@ async fn reject_token<T>(
 ///     Authenticated { token, standing: mcp_oauth_proxy::flows::admission::Verdict::Admitted }
 /// }
 /// ```
+///
+/// ```
+/// use mcp_oauth_proxy::app::App;
+/// use mcp_oauth_proxy::gateway::{Authenticated, GatewayError, authenticate};
+/// // The one way in: the checks of the request's head.
+/// async fn check(app: &App, headers: &http::HeaderMap) -> Result<Authenticated, GatewayError> {
+///     authenticate(app, headers, None).await
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Authenticated {
     token: Audienced<AccessTokenRecord>,

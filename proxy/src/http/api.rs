@@ -69,7 +69,7 @@ pub async fn register(
         )
         .into());
     }
-    let ip = ip.map(|Extension(ClientIp(ip))| ip);
+    let ip = ip.map(|Extension(c)| c.ip());
     let out = reg::register(&app, authorization(&headers), ip, &body).await?;
     Ok(no_store((StatusCode::CREATED, Json(out)).into_response()))
 }
@@ -82,7 +82,7 @@ pub async fn token(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let form = form_body(&headers, &body)?;
-    let ip = ip.map(|Extension(ClientIp(ip))| ip);
+    let ip = ip.map(|Extension(c)| c.ip());
     let out = match tok::token(&app, authorization(&headers), ip, &form).await? {
         tok::TokenOutcome::Tokens(t) => Json(t).into_response(),
         tok::TokenOutcome::Exchanged(v) => Json(v).into_response(),
@@ -98,7 +98,7 @@ pub async fn revoke(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let form = form_body(&headers, &body)?;
-    let ip = ip.map(|Extension(ClientIp(ip))| ip);
+    let ip = ip.map(|Extension(c)| c.ip());
     tok::revoke(&app, authorization(&headers), ip, &form).await?;
     Ok(no_store(StatusCode::OK.into_response()))
 }

@@ -46,7 +46,7 @@ pub async fn authorize(
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let input = AuthorizeInput {
-        client_ip: ip.map(|Extension(ClientIp(ip))| ip),
+        client_ip: ip.map(|Extension(c)| c.ip()),
         raw_query: q.as_deref().unwrap_or_default(),
         session_cookie: cookies::read(&headers, cookies::SESSION_COOKIE),
         csrf_cookie: cookies::read(&headers, cookies::CSRF_COOKIE),

@@ -17,9 +17,32 @@ use crate::app::App;
 use crate::config::{ForwardedHeader, TrustedProxies};
 
 /// The client's IP as decided by [`resolve`], in request extensions for handlers and audit.
-/// Absent only when the router runs without connection info (in-process benchmarks).
+/// Absent only when the router runs without connection info (in-process benchmarks). Only
+/// [`layer`] makes one, so a handler's `ClientIp` is never a forwarded header believed from
+/// an untrusted peer. `Clone` and `Copy`: it is a plain address, and axum's `Extension`
+/// extractor hands handlers a copy of what the layer inserted.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::http::client_ip::ClientIp;
+/// // Private field: a handler cannot take an address from a header and call it the client's.
+/// let forged = ClientIp("203.0.113.7".parse().unwrap());
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::http::client_ip::ClientIp;
+/// fn address(c: ClientIp) -> std::net::IpAddr {
+///     c.ip()
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientIp(pub IpAddr);
+pub struct ClientIp(IpAddr);
+
+impl ClientIp {
+    /// The address.
+    pub fn ip(self) -> IpAddr {
+        self.0
+    }
+}
 
 /// Parses one node of a forwarded chain: `1.2.3.4`, `1.2.3.4:80`, `::1`, `[::1]`,
 /// `[::1]:80`, optionally quoted. Obfuscated identifiers and `unknown` are not addresses.

@@ -26,7 +26,7 @@ pub async fn register(State(app): State<App>, req: Request, next: Next) -> Respo
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let ip = req.extensions().get::<ClientIp>().map(|c| c.0);
+    let ip = req.extensions().get::<ClientIp>().map(|c| c.ip());
     let decision = if register::vouched(&app.config.registration.mode, authorization) {
         app.limits.check_vouched(Endpoint::Register)
     } else {
@@ -43,7 +43,7 @@ pub async fn register(State(app): State<App>, req: Request, next: Next) -> Respo
 
 /// Middleware for `/token`.
 pub async fn token(State(app): State<App>, req: Request, next: Next) -> Response {
-    let ip = req.extensions().get::<ClientIp>().map(|c| c.0);
+    let ip = req.extensions().get::<ClientIp>().map(|c| c.ip());
     match app.limits.check(Endpoint::Token, ip) {
         Ok(()) => next.run(req).await,
         Err(r) => {
@@ -60,7 +60,7 @@ pub async fn limit(
     req: Request,
     next: Next,
 ) -> Response {
-    let ip = req.extensions().get::<ClientIp>().map(|c| c.0);
+    let ip = req.extensions().get::<ClientIp>().map(|c| c.ip());
     match app.limits.check(endpoint, ip) {
         Ok(()) => next.run(req).await,
         Err(r) => {
