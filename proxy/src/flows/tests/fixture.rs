@@ -393,6 +393,8 @@ impl Fixture {
         let asked = query_param(url, "scope").unwrap_or_default();
         let scopes: Vec<&str> = asked.split([' ', ',']).filter(|s| !s.is_empty()).collect();
         self.github.authorize_app(login, &scopes);
+        // The proxy's own GitHub client policy: no redirect is followed, so the answer is
+        // GitHub's redirect back, read here instead of followed to a listener that is not there.
         let resp = crate::outbound::github(Duration::from_secs(10))
             .unwrap()
             .get(url)

@@ -230,7 +230,7 @@ async fn replayed_code_revokes_the_family_it_produced_whoever_presents_it() {
 }
 
 /// A code whose consent was revoked after it was issued is refused, mints nothing, and raises
-/// the confused-deputy alert; the refusal comes after the other checks, so the code is not
+/// the confused-deputy alert. It is the last check before the take, so the code is not
 /// consumed (and stays useless while no consent exists).
 #[tokio::test]
 async fn code_whose_consent_was_revoked_is_refused_mints_nothing_and_raises_the_alert() {
