@@ -116,22 +116,40 @@ impl Process {
         Process::run(&args, config.with_extension("log"))
     }
 
+    /// Like [`Process::start`], with `adjust` changing the command first (its environment).
+    pub fn start_with(config: &Path, adjust: impl FnOnce(&mut Command)) -> Process {
+        let args = ["serve".as_ref(), "--config".as_ref(), config.as_os_str()];
+        Process::spawn(&proxy_binary(), &args, config.with_extension("log"), adjust)
+    }
+
     /// Starts [`proxy_binary`] with `args`, its output (stdout and stderr) going to `log`.
     pub fn run(args: &[&std::ffi::OsStr], log: PathBuf) -> Process {
         Process::run_binary(&proxy_binary(), args, log)
     }
 
-    /// Starts `bin` with `args` (`RUST_LOG=info`, plain-text logs), its output going to `log`.
+    /// Starts `bin` with `args`, its output going to `log`.
     pub fn run_binary(bin: &Path, args: &[&std::ffi::OsStr], log: PathBuf) -> Process {
+        Process::spawn(bin, args, log, |_| {})
+    }
+
+    /// `RUST_LOG=info` and plain-text logs, unless `adjust` says otherwise.
+    fn spawn(
+        bin: &Path,
+        args: &[&std::ffi::OsStr],
+        log: PathBuf,
+        adjust: impl FnOnce(&mut Command),
+    ) -> Process {
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
-        let child = Command::new(bin)
-            .args(args)
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
             .env("RUST_LOG", "info")
             .env_remove("MCP_OAUTH_PROXY_LOG_JSON")
             .stdin(Stdio::null())
             .stdout(out)
-            .stderr(err)
+            .stderr(err);
+        adjust(&mut cmd);
+        let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
         Process { child, log }
