@@ -92,7 +92,7 @@ mod e2e {
 mod ops {
     mod demo;
     mod deploy;
-    pub(crate) mod shutdown;
+    mod shutdown;
     mod telemetry;
     mod tls;
 }

@@ -7,8 +7,7 @@
 //! Uses `target/{release,debug}/mcp-oauth-proxy` if newer than the sources (`MCP_CRASH_BIN`
 //! overrides), else builds the debug binary first.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use mcp_oauth_proxy::metrics::Metrics;
 use mcp_oauth_proxy::store::{SharedStore, SledStore};
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::support::binary::proxy_binary;
+use crate::support::binary::{Process, free_port};
 
 /// Requests of each kind in the flood.
 const N: usize = 10_000;
@@ -33,85 +32,6 @@ const MAX_GROWTH_BYTES: u64 = 512 * 1024;
 /// Disk flushes allowed for the whole flood (the aggregate writer's, a minute's worth at
 /// most; one per request before).
 const MAX_FLUSHES: u64 = 20;
-
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The proxy as a child process, killed if the test ends early.
-struct Process {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Process {
-    fn start(config: &Path) -> Process {
-        let log = config.with_extension("log");
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = Command::new(proxy_binary())
-            .args(["serve".as_ref(), "--config".as_ref(), config.as_os_str()])
-            .env("RUST_LOG", "info")
-            .env_remove("MCP_OAUTH_PROXY_LOG_JSON")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap();
-        Process { child, log }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn wait_ready(&mut self, http: &reqwest::Client, url: &str) {
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                panic!("the proxy exited ({s}):\n{}", self.log_text());
-            }
-            if let Ok(Ok(r)) = timeout(Duration::from_secs(2), http.get(url).send()).await
-                && r.status() == 200
-            {
-                return;
-            }
-            assert!(Instant::now() < end, "not ready:\n{}", self.log_text());
-            sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGTERM, then the exit status within `bound`.
-    async fn stop(&mut self, bound: Duration) -> std::process::ExitStatus {
-        let ok = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        let end = Instant::now() + bound;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < end, "still running:\n{}", self.log_text());
-            sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Bytes of every file under `dir`.
 fn dir_bytes(dir: &Path) -> u64 {

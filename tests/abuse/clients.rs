@@ -5,7 +5,6 @@
 //! OAuth error, and with nothing stored.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::clients::cimd::DEV;
 use crate::clients::doc_server::{Answer, DocServer, PATH, Tarpit};
 use crate::clients::ssrf::MapResolver;
+use crate::support::binary::{Process, free_port};
 use crate::support::client::{approve, register_raw};
 use crate::support::{Browser, Client, Options, Pkce, TestProxy, http, query_param};
 use mcp_oauth_proxy::store::records::SeenHostRecord;
@@ -501,16 +501,6 @@ async fn plain_http_metadata_fetch_goes_only_to_loopback() {
     assert_eq!(proxy.count(Keyspace::CimdClients).await, 0);
 }
 
-/// The real binary as a child process, killed when dropped.
-struct ProxyProcess(Child);
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn environment_proxy_is_never_used_for_metadata_fetches() {
     // The environment names a proxy that only counts connections; the fetch must go to the
@@ -519,11 +509,7 @@ async fn environment_proxy_is_never_used_for_metadata_fetches() {
     let server = DocServer::start().await;
     server.serve_json(&server.document("Direct Tool", &[REDIRECT]), &[]);
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let config = dir.path().join("proxy.toml");
     std::fs::write(
@@ -554,41 +540,27 @@ dangerously_allow_loopback_for_development = true
     )
     .unwrap();
     let proxy_url = format!("http://127.0.0.1:{}", tarpit.port);
-    let log = std::fs::File::create(dir.path().join("proxy.log")).unwrap();
-    let mut cmd = Command::new(crate::support::binary::proxy_binary());
-    cmd.args(["serve", "--config"])
-        .arg(&config)
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
-        .env_remove("REQUEST_METHOD")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    for var in [
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        cmd.env(var, &proxy_url);
-    }
-    let _child = ProxyProcess(cmd.spawn().unwrap());
-    let log_text = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = http()
-            .get(format!("{base}/.well-known/oauth-authorization-server"))
-            .send()
-            .await
-            && r.status() == 200
-        {
-            break;
+    let mut proxy = Process::start_with(&config, |cmd| {
+        cmd.env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .env_remove("REQUEST_METHOD");
+        for var in [
+            "HTTP_PROXY",
+            "http_proxy",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            cmd.env(var, &proxy_url);
         }
-        assert!(Instant::now() < end, "not ready:\n{}", log_text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    });
+    proxy
+        .wait_ready(
+            &http(),
+            &format!("{base}/.well-known/oauth-authorization-server"),
+        )
+        .await;
     let resource = format!("{base}/mcp");
     let pkce = Pkce::new();
     let q = url::form_urlencoded::Serializer::new(String::new())
@@ -614,7 +586,7 @@ dangerously_allow_loopback_for_development = true
     .unwrap();
     let status = r.status().as_u16();
     let body = r.text().await.unwrap();
-    assert_eq!(status, 200, "{body}\n{}", log_text());
+    assert_eq!(status, 200, "{body}\n{}", proxy.log_text());
     assert!(body.contains("Direct Tool"));
     assert_eq!(server.hits(), vec![PATH.to_owned()], "fetched directly");
     assert_eq!(

@@ -10,9 +10,9 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{Instant, timeout};
 
-use crate::ops::shutdown::{Process, free_port};
+use crate::support::TestProxy;
+use crate::support::binary::{BesideHelper, Process};
 use crate::support::mcp::Mcp;
-use crate::support::{Options, TestProxy};
 
 /// The binary under attack, and the in-process helper whose fake GitHub and demo backend it
 /// uses (the helper's flow helpers talk to the binary through `helper.base`).
@@ -25,62 +25,12 @@ pub struct Edge {
 
 /// Starts `serve` with `server_extra` appended to its `[server]` section.
 pub async fn start(server_extra: &str) -> Edge {
-    let mut helper = TestProxy::start_with(Options {
-        backend: true,
-        ..Options::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    helper
-        .github
-        .set_callback_url(&format!("{base}/callback/github"));
-    let config = dir.path().join("proxy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[server]
-public_url = "{base}"
-listen = "127.0.0.1:{port}"
-shutdown_grace_secs = 1
-{server_extra}
-[github]
-client_id = "gh-client-id"
-client_secret = "gh-client-secret"
-scopes = ["read:user", "repo"]
-authorize_url = "{a}"
-token_url = "{t}"
-api_url = "{api}"
-[admin]
-listen = "127.0.0.1:0"
-[store]
-path = {store:?}
-[backend]
-url = "{backend}"
-auth = "github_token"
-"#,
-            a = helper.github.authorize_url(),
-            t = helper.github.token_url(),
-            api = helper.github.api_url(),
-            store = dir.path().join("store").display().to_string(),
-            backend = helper.backend().url(),
-        ),
-    )
-    .unwrap();
-    let mut proxy = Process::start(&config);
-    proxy
-        .wait_ready(
-            &crate::support::http(),
-            &format!("{base}/.well-known/oauth-authorization-server"),
-        )
-        .await;
-    helper.base = base;
+    let b = BesideHelper::start(1, server_extra, "").await;
     Edge {
-        helper,
-        proxy,
-        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        _dir: dir,
+        helper: b.helper,
+        proxy: b.proxy,
+        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, b.port)),
+        _dir: b.dir,
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
-use super::shutdown::{Process, free_port};
+use crate::support::binary::{Process, free_port};
 
 /// Holds `port` on loopback for the test, unless something else already holds it (then it is
 /// taken all the same).

@@ -6,129 +6,16 @@
 //! Uses `target/release/mcp-oauth-proxy` or `target/debug/…` if newer than the proxy's
 //! sources (`MCP_CRASH_BIN` overrides), else builds the debug binary first.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
 
-use crate::support::binary::proxy_binary;
+use crate::support::binary::{BesideHelper, Process, free_port};
 use crate::support::mcp::{Mcp, sse_messages};
-use crate::support::{Options, TestProxy};
 
 /// Grace period in the test configuration.
 const GRACE: Duration = Duration::from_secs(3);
-
-/// A free loopback port.
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The proxy as a child process, killed if the test ends early.
-pub(crate) struct Process {
-    child: Child,
-    /// Where its output goes.
-    pub log: PathBuf,
-}
-
-impl Process {
-    /// Starts `serve --config <config>`.
-    pub fn start(config: &Path) -> Process {
-        let args = ["serve".as_ref(), "--config".as_ref(), config.as_os_str()];
-        Process::run(&args, config.with_extension("log"))
-    }
-
-    /// Starts the binary with `args`, its output (stdout and stderr) going to `log`.
-    pub fn run(args: &[&std::ffi::OsStr], log: PathBuf) -> Process {
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = Command::new(proxy_binary())
-            .args(args)
-            .env("RUST_LOG", "info")
-            .env_remove("MCP_OAUTH_PROXY_LOG_JSON")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap();
-        Process { child, log }
-    }
-
-    /// Sends a signal by name (`TERM`, `HUP`) with kill(1).
-    pub fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{name} failed");
-    }
-
-    /// Its process id (for `/proc/<pid>/status`).
-    pub fn id(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Whether it has exited.
-    pub fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().unwrap()
-    }
-
-    /// Waits for the exit, at most `bound`.
-    pub async fn wait(&mut self, bound: Duration) -> ExitStatus {
-        let end = Instant::now() + bound;
-        loop {
-            if let Some(s) = self.exited() {
-                return s;
-            }
-            assert!(
-                Instant::now() < end,
-                "still running {bound:?} later; log:\n{}",
-                self.log_text()
-            );
-            sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits until `url` answers 200 (with `http`), failing with the log if it exits first.
-    pub async fn wait_ready(&mut self, http: &reqwest::Client, url: &str) {
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = self.exited() {
-                panic!("the proxy exited ({s}):\n{}", self.log_text());
-            }
-            if let Ok(Ok(r)) = timeout(Duration::from_secs(2), http.get(url).send()).await
-                && r.status() == 200
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < end,
-                "not ready in 30 s:\n{}",
-                self.log_text()
-            );
-            sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Its output so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Reads a response to its end; the text and whether it ended cleanly (no transport error).
 async fn read_to_end(
@@ -153,60 +40,11 @@ async fn read_to_end(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_finishes_short_streams_ends_long_ones_cleanly_refuses_new_connections_and_exits_0()
 {
-    // The in-process proxy is only there for its fake GitHub and demo backend, which the
-    // binary uses too; the flow helpers then talk to the binary through `base`.
-    let mut helper = TestProxy::start_with(Options {
-        backend: true,
-        ..Options::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    helper
-        .github
-        .set_callback_url(&format!("{base}/callback/github"));
-    let config = dir.path().join("proxy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[server]
-public_url = "{base}"
-listen = "127.0.0.1:{port}"
-shutdown_grace_secs = {grace}
-[github]
-client_id = "gh-client-id"
-client_secret = "gh-client-secret"
-scopes = ["read:user", "repo"]
-authorize_url = "{a}"
-token_url = "{t}"
-api_url = "{api}"
-[admin]
-listen = "127.0.0.1:0"
-[store]
-path = {store:?}
-[backend]
-url = "{backend}"
-auth = "github_token"
-"#,
-            grace = GRACE.as_secs(),
-            a = helper.github.authorize_url(),
-            t = helper.github.token_url(),
-            api = helper.github.api_url(),
-            store = dir.path().join("store").display().to_string(),
-            backend = helper.backend().url(),
-        ),
-    )
-    .unwrap();
-    let mut proxy = Process::start(&config);
-    proxy
-        .wait_ready(
-            &crate::support::http(),
-            &format!("{base}/.well-known/oauth-authorization-server"),
-        )
-        .await;
-    helper.base = base.clone();
-    let mut mcp = Mcp::for_user(&helper, "alice").await;
+    // The in-process helper is only there for its fake GitHub and demo backend, which the
+    // binary uses too; the flow helpers then talk to the binary.
+    let mut b = BesideHelper::start(GRACE.as_secs(), "", "").await;
+    let (helper, proxy, port) = (&b.helper, &mut b.proxy, b.port);
+    let mut mcp = Mcp::for_user(helper, "alice").await;
     mcp.initialize(false).await;
 
     let call = |id: u64, count: u64, delay_ms: u64| {

@@ -12,12 +12,11 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::json;
 
-use super::shutdown::{Process, free_port};
-use crate::support::binary::proxy_binary;
+use crate::support::binary::{BesideHelper, proxy_binary};
 use crate::support::client::{approve, register_raw};
 use crate::support::mcp::Mcp;
 use crate::support::otlp::{Receiver, attr, hex, value_text};
-use crate::support::{Browser, Client, Options, Pkce, TestProxy, query_param};
+use crate::support::{Browser, Client, Pkce, query_param};
 use mcp_examples::backend::BackendRequest;
 
 /// The trace the MCP client starts (W3C example ids).
@@ -39,69 +38,28 @@ impl Flow {
     /// `/mcp` (`initialize`, then `tools/call whoami` with the client's `traceparent`), then
     /// SIGTERM: the final export happens at shutdown.
     async fn run() -> Flow {
-        // The in-process proxy is there for its fake GitHub and demo backend (as in
-        // shutdown.rs); the flow talks to the binary through `base`.
-        let mut helper = TestProxy::start_with(Options {
-            backend: true,
-            ..Options::default()
-        })
-        .await;
+        // The in-process helper is there for its fake GitHub and demo backend; the flow
+        // talks to the binary.
         let receiver = Receiver::start().await;
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let base = format!("http://127.0.0.1:{port}");
-        helper
-            .github
-            .set_callback_url(&format!("{base}/callback/github"));
-        let store = dir.path().join("store");
-        let config = dir.path().join("proxy.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"[server]
-public_url = "{base}"
-listen = "127.0.0.1:{port}"
-shutdown_grace_secs = 1
-[github]
-client_id = "gh-client-id"
-client_secret = "gh-client-secret"
-scopes = ["read:user", "repo"]
-authorize_url = "{a}"
-token_url = "{t}"
-api_url = "{api}"
-[admin]
-listen = "127.0.0.1:0"
-[store]
-path = {store:?}
-[backend]
-url = "{backend}"
-auth = "github_token"
-[telemetry]
-otlp_endpoint = "{otlp}"
+        let mut b = BesideHelper::start(
+            1,
+            "",
+            &format!(
+                r#"[telemetry]
+otlp_endpoint = "{}"
 service_name = "proxy-under-test"
 batch_delay_ms = 200
 "#,
-                a = helper.github.authorize_url(),
-                t = helper.github.token_url(),
-                api = helper.github.api_url(),
-                store = store.display().to_string(),
-                backend = helper.backend().url(),
-                otlp = receiver.url,
+                receiver.url
             ),
         )
-        .unwrap();
-        let mut proxy = Process::start(&config);
-        proxy
-            .wait_ready(
-                &crate::support::http(),
-                &format!("{base}/.well-known/oauth-authorization-server"),
-            )
-            .await;
-        helper.base = base.clone();
+        .await;
+        let store = b.store();
+        let (helper, proxy) = (&b.helper, &mut b.proxy);
 
         // A confidential client, so a client secret is part of the flow.
         let reg = register_raw(
-            &helper,
+            helper,
             json!({"client_name": "Traced App", "redirect_uris": ["https://srv.example/cb"], "grant_types": ["authorization_code", "refresh_token"], "token_endpoint_auth_method": "client_secret_post"}),
         )
         .await;
@@ -116,14 +74,14 @@ batch_delay_ms = 200
         let pkce = Pkce::new();
         let page = browser
             .navigate(
-                &c.authorize_url(&helper, &pkce, "client-state-value", &[]),
+                &c.authorize_url(helper, &pkce, "client-state-value", &[]),
                 "none",
             )
             .await;
         assert_eq!(page.status, 200, "{}", page.body);
         let txn = page.hidden("txn").unwrap();
         let csrf = page.hidden("csrf").unwrap();
-        let gh_url = approve(&helper, &browser, &page).await;
+        let gh_url = approve(helper, &browser, &page).await;
         let upstream_state = query_param(&gh_url, "state").unwrap();
         let flow_cookie = browser.cookie("__Host-mcp-flow").unwrap();
         let back = browser
@@ -135,16 +93,16 @@ batch_delay_ms = 200
         let cb = browser.navigate(&back, "cross-site").await;
         let code = query_param(&cb.location().unwrap(), "code").unwrap();
         let session = browser.cookie("__Host-mcp-session").unwrap();
-        let t = c.redeem(&helper, &code, &pkce, &[]).await;
+        let t = c.redeem(helper, &code, &pkce, &[]).await;
         assert_eq!(t.status, 200, "{:?}", t.json);
         let access = t.json["access_token"].as_str().unwrap().to_owned();
         let refresh = t.json["refresh_token"].as_str().unwrap().to_owned();
-        let r = c.refresh(&helper, &refresh, &[]).await;
+        let r = c.refresh(helper, &refresh, &[]).await;
         assert_eq!(r.status, 200, "{:?}", r.json);
         let access2 = r.json["access_token"].as_str().unwrap().to_owned();
         let refresh2 = r.json["refresh_token"].as_str().unwrap().to_owned();
 
-        let mut mcp = Mcp::with_token(&helper, &access2);
+        let mut mcp = Mcp::with_token(helper, &access2);
         mcp.initialize(false).await;
         let resp = mcp
             .post(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}))
@@ -156,7 +114,7 @@ batch_delay_ms = 200
         assert_eq!(resp.status(), 200);
         let body = resp.text().await.unwrap();
         assert!(body.contains("You are alice on GitHub"), "{body}");
-        assert_eq!(c.revoke(&helper, &refresh2).await, 200);
+        assert_eq!(c.revoke(helper, &refresh2).await, 200);
 
         proxy.signal("TERM");
         let status = proxy.wait(Duration::from_secs(15)).await;

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, sleep};
 
-use super::shutdown::{Process, free_port};
 use crate::support::TestProxy;
+use crate::support::binary::{Process, free_port};
 
 /// The HSTS header the proxy sends over HTTPS.
 const HSTS: &str = "max-age=63072000; includeSubDomains";

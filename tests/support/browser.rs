@@ -24,7 +24,8 @@ impl Resp {
     pub fn location(&self) -> Option<String> {
         self.headers
             .get(LOCATION)
-            .map(|v| v.to_str().unwrap().to_owned())
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
     }
     /// All `Set-Cookie` values.
     pub fn set_cookies(&self) -> Vec<String> {
@@ -43,10 +44,65 @@ impl Resp {
     }
 }
 
+/// A cookie jar: one for every 127.0.0.1 port, like a browser on loopback.
+#[derive(Default)]
+pub struct CookieJar(Mutex<BTreeMap<String, String>>);
+
+impl CookieJar {
+    /// The `Cookie` header to send.
+    pub fn header(&self) -> String {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Takes the `Set-Cookie` headers of a response: a cookie set empty or with `Max-Age=0`
+    /// is removed. A header that is not `name=value` is passed over; how many were is returned.
+    pub fn store(&self, headers: &HeaderMap) -> usize {
+        let mut jar = self.0.lock().unwrap();
+        let mut unreadable = 0;
+        for v in headers.get_all(SET_COOKIE) {
+            let Some((s, name, value)) = v.to_str().ok().and_then(|s| {
+                let (name, value) = s.split(';').next()?.split_once('=')?;
+                Some((s, name, value))
+            }) else {
+                unreadable += 1;
+                continue;
+            };
+            let expired = s
+                .split(';')
+                .any(|a| a.trim().eq_ignore_ascii_case("Max-Age=0"));
+            if expired || value.is_empty() {
+                jar.remove(name.trim());
+            } else {
+                jar.insert(name.trim().to_owned(), value.to_owned());
+            }
+        }
+        unreadable
+    }
+
+    /// Sets a cookie by hand.
+    pub fn set(&self, name: &str, value: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), value.to_owned());
+    }
+
+    /// A cookie's current value.
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.0.lock().unwrap().get(name).cloned()
+    }
+}
+
 /// A browser with its own cookie jar.
 pub struct Browser {
     client: reqwest::Client,
-    jar: Mutex<BTreeMap<String, String>>,
+    jar: CookieJar,
 }
 
 impl Default for Browser {
@@ -60,7 +116,7 @@ impl Browser {
     pub fn new() -> Browser {
         Browser {
             client: super::http(),
-            jar: Mutex::new(BTreeMap::new()),
+            jar: CookieJar::default(),
         }
     }
 
@@ -73,46 +129,21 @@ impl Browser {
 
     /// Sets a cookie by hand.
     pub fn set_cookie(&self, name: &str, value: &str) {
-        self.jar
-            .lock()
-            .unwrap()
-            .insert(name.to_owned(), value.to_owned());
+        self.jar.set(name, value);
     }
 
     /// A cookie's current value.
     pub fn cookie(&self, name: &str) -> Option<String> {
-        self.jar.lock().unwrap().get(name).cloned()
+        self.jar.get(name)
     }
 
     fn cookie_header(&self) -> String {
-        self.jar
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    fn store_cookies(&self, resp: &reqwest::Response) {
-        let mut jar = self.jar.lock().unwrap();
-        for v in resp.headers().get_all(SET_COOKIE) {
-            let s = v.to_str().unwrap();
-            let first = s.split(';').next().unwrap();
-            let (name, value) = first.split_once('=').unwrap();
-            let expired = s
-                .split(';')
-                .any(|a| a.trim().eq_ignore_ascii_case("Max-Age=0"));
-            if expired || value.is_empty() {
-                jar.remove(name.trim());
-            } else {
-                jar.insert(name.trim().to_owned(), value.to_owned());
-            }
-        }
+        self.jar.header()
     }
 
     async fn finish(&self, resp: reqwest::Response) -> Resp {
-        self.store_cookies(&resp);
+        let unreadable = self.jar.store(resp.headers());
+        assert_eq!(unreadable, 0, "a Set-Cookie that is not name=value");
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.text().await.unwrap();
