@@ -9,13 +9,30 @@ use crate::ids::{GitHubLogin, SessionToken, UserId};
 use crate::store::records::SessionRecord;
 use crate::store::{Store, StoreError, sessions};
 
-/// A signed-in browser.
-#[derive(Debug, Clone)]
+/// A signed-in browser: the session its cookie names, as stored. Only [`current`] makes one,
+/// so a [`FreshSession`] (and a connect link's `OpenedBy`) stands on a session the store
+/// really holds.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::session::Session;
+/// use mcp_oauth_proxy::store::records::SessionRecord;
+/// // Private fields: a session cannot be made up from a record.
+/// fn forge(record: SessionRecord) -> Session {
+///     Session { token_hash: String::new(), record }
+/// }
+/// ```
+///
+/// ```
+/// use mcp_oauth_proxy::session::Session;
+/// use mcp_oauth_proxy::store::records::SessionRecord;
+/// fn read(s: &Session) -> (&str, &SessionRecord) {
+///     (s.token_hash(), s.record())
+/// }
+/// ```
+#[derive(Debug)]
 pub struct Session {
-    /// Hash of the session token (for CSRF binding; never the token).
-    pub token_hash: String,
-    /// The record.
-    pub record: SessionRecord,
+    token_hash: String,
+    record: SessionRecord,
 }
 
 /// Proof that this browser's sign-in is fresh and the navigation is not cross-site, the
@@ -50,6 +67,23 @@ impl FreshSession {
 }
 
 impl Session {
+    /// Hash of the session token (for CSRF binding; never the token).
+    pub fn token_hash(&self) -> &str {
+        &self.token_hash
+    }
+    /// The stored record: the person and when they signed in.
+    pub fn record(&self) -> &SessionRecord {
+        &self.record
+    }
+    /// For unit tests elsewhere in the crate: a session as `current` would load it.
+    #[cfg(test)]
+    pub(crate) fn for_tests(record: SessionRecord) -> Session {
+        Session {
+            token_hash: "h".into(),
+            record,
+        }
+    }
+
     /// A [`FreshSession`] if the sign-in is recent enough and `Sec-Fetch-Site` is `none` or
     /// `same-origin` (a cross-site navigation, or a browser that does not say, gets the page).
     pub fn fresh_for_consent_skip(

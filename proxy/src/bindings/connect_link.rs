@@ -194,14 +194,14 @@ pub async fn open(
             link_id: link.link_id,
         });
     };
-    if s.record.user_id != link.user_id {
+    if s.record().user_id != link.user_id {
         return Ok(Opened::WrongPerson {
             link_id: link.link_id,
             owner: link.user_id,
-            opener: s.record.user_id.clone(),
+            opener: s.record().user_id.clone(),
         });
     }
-    if now.since(s.record.auth_time) > max_sign_in_age_secs {
+    if now.since(s.record().auth_time) > max_sign_in_age_secs {
         return Ok(Opened::Stale {
             link_id: link.link_id,
         });
@@ -257,14 +257,11 @@ mod tests {
     }
 
     fn session(user: u64, auth_time: u64) -> Session {
-        Session {
-            token_hash: "h".into(),
-            record: SessionRecord {
-                user_id: UserId::github(user),
-                login: GitHubLogin::new("x"),
-                auth_time: UnixTime(auth_time),
-            },
-        }
+        Session::for_tests(SessionRecord {
+            user_id: UserId::github(user),
+            login: GitHubLogin::new("x"),
+            auth_time: UnixTime(auth_time),
+        })
     }
 
     fn code(path: &str) -> &str {

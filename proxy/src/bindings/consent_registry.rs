@@ -294,14 +294,11 @@ mod tests {
 
     fn fresh(user: &UserId) -> FreshSession {
         use crate::store::records::SessionRecord;
-        let session = crate::session::Session {
-            token_hash: "h".into(),
-            record: SessionRecord {
-                user_id: user.clone(),
-                login: crate::ids::GitHubLogin::new("someone"),
-                auth_time: UnixTime(1_000),
-            },
-        };
+        let session = crate::session::Session::for_tests(SessionRecord {
+            user_id: user.clone(),
+            login: crate::ids::GitHubLogin::new("someone"),
+            auth_time: UnixTime(1_000),
+        });
         session
             .fresh_for_consent_skip(UnixTime(1_001), &Default::default(), Some("none"))
             .unwrap()

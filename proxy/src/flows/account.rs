@@ -79,9 +79,9 @@ pub async fn show(
         return start_sign_in(app, ReturnTo::Account).await;
     };
     let now = app.clock.now();
-    let allowed = super::github_access::allowances(app, &s.record.user_id).await?;
+    let allowed = super::github_access::allowances(app, &s.record().user_id).await?;
     let mut rows = Vec::new();
-    for c in consent_registry::list(app.store.as_ref(), &s.record.user_id).await? {
+    for c in consent_registry::list(app.store.as_ref(), &s.record().user_id).await? {
         let client: Option<ClientRecord> = app.clients.known(&c.client_id).await?;
         let destination = crate::bindings::redirect::destination(&c.redirect_uri);
         rows.push(ConsentRow {
@@ -104,11 +104,11 @@ pub async fn show(
     }
     // The scopes GitHub reported for the stored token (checked against the consent when it
     // was stored): what every approved client's backend acts with.
-    let grant = app.grants.get(&s.record.user_id).await?;
+    let grant = app.grants.get(&s.record().user_id).await?;
     Ok(AccountOutcome::Page(Box::new(AccountPage {
-        login: s.record.login.as_str().to_owned(),
+        login: s.record().login.as_str().to_owned(),
         consents: rows,
-        csrf: csrf::token(&app.keys.csrf, "account", &s.token_hash),
+        csrf: csrf::token(&app.keys.csrf, "account", s.token_hash()),
         revoke_action: "/account/revoke".to_owned(),
         sign_out_action: "/account/sign-out".to_owned(),
         notice: notice_text(notice),
@@ -124,7 +124,7 @@ pub async fn show(
 /// GitHub. If GitHub did not confirm the revocation, the page says so.
 pub async fn disconnect(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
     let (s, _) = checked_session(app, &form).await?;
-    let user = &s.record.user_id;
+    let user = &s.record().user_id;
     let forgotten = revoke::github_grant_of(app, user).await?;
     app.audit
         .record(AuditEvent::GitHubGrantDisconnected {
@@ -148,10 +148,10 @@ pub async fn withdraw(app: &App, form: AccountForm<'_>) -> Result<&'static str, 
         p.get("client_id")
             .ok_or(FlowError::Page(pages::BAD_REQUEST))?,
     );
-    super::github_access::withdraw(app, &s.record.user_id, &client_id).await?;
+    super::github_access::withdraw(app, &s.record().user_id, &client_id).await?;
     app.audit
         .record(AuditEvent::AllowanceWithdrawn {
-            user_id: s.record.user_id.clone(),
+            user_id: s.record().user_id.clone(),
             client_id,
         })
         .await?;
@@ -185,7 +185,7 @@ async fn checked_session(
         .await?
         .ok_or(FlowError::Page(pages::FORBIDDEN_FORM))?;
     let p = Params::parse(form.body).map_err(|_| FlowError::Page(pages::BAD_REQUEST))?;
-    if !csrf::verify(&app.keys.csrf, "account", &s.token_hash, p.get("csrf")) {
+    if !csrf::verify(&app.keys.csrf, "account", s.token_hash(), p.get("csrf")) {
         return Err(FlowError::Page(pages::FORBIDDEN_FORM));
     }
     Ok((s, p))
@@ -200,7 +200,7 @@ pub async fn revoke(app: &App, form: AccountForm<'_>) -> Result<&'static str, Fl
         p.get("client_id")
             .ok_or(FlowError::Page(pages::BAD_REQUEST))?,
     );
-    let user = &s.record.user_id;
+    let user = &s.record().user_id;
     let revoked = revoke::client_for(app, user, &client_id).await?;
     app.audit
         .record(AuditEvent::ClientAccessRevoked {

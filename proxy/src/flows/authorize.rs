@@ -212,7 +212,7 @@ pub async fn authorize(
         },
         scopes: scopes.iter().map(scope_view).collect(),
         warnings,
-        signed_in_as: session.map(|s| format!("@{}", s.record.login)),
+        signed_in_as: session.map(|s| format!("@{}", s.record().login)),
         github_host: app.github.display_host(),
         form_action: "/consent".to_owned(),
         csrf: csrf::token(

@@ -91,7 +91,7 @@ async fn checked(
 }
 
 fn csrf_binding(s: &Session, link_id: &str) -> String {
-    format!("{}|{link_id}", s.token_hash)
+    format!("{}|{link_id}", s.token_hash())
 }
 
 /// `GET /connect/<code>`.
@@ -115,7 +115,7 @@ pub async fn show(
             format!("Let {agent} use your GitHub account"),
             format!(
                 "{agent} asked to act with your connected GitHub account (@{}).",
-                s.record.login
+                s.record().login
             ),
             "Allow",
         ),
@@ -124,7 +124,7 @@ pub async fn show(
             format!(
                 "No GitHub account is connected. You will be sent to {} to connect your own account (@{}); {agent} may then use it.",
                 app.github.display_host(),
-                s.record.login
+                s.record().login
             ),
             "Connect GitHub",
         ),
@@ -133,7 +133,7 @@ pub async fn show(
             format!(
                 "GitHub stopped accepting this server's access. You will be sent to {} to reconnect your own account (@{}).",
                 app.github.display_host(),
-                s.record.login
+                s.record().login
             ),
             "Reconnect GitHub",
         ),
@@ -141,7 +141,7 @@ pub async fn show(
     Ok(ConnectOutcome::Page(Box::new(ConnectPage {
         agent_name: agent,
         agent_verified: false,
-        login: s.record.login.as_str().to_owned(),
+        login: s.record().login.as_str().to_owned(),
         title,
         detail,
         scopes: link.scopes.iter().collect::<Vec<_>>().join(", "),
@@ -258,7 +258,7 @@ pub async fn finish_connect(
     };
     let session = session::current(app.store.as_ref(), session_cookie).await?;
     let owner = opened.link().user_id.clone();
-    if session.as_ref().is_none_or(|s| s.record.user_id != owner) {
+    if session.as_ref().is_none_or(|s| s.record().user_id != owner) {
         return Err(FlowError::Page(pages::LINK_WRONG_PERSON));
     }
     let github_user = admitted.user_id();

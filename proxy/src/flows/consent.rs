@@ -125,7 +125,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
     // Who decided, as far as this browser's session says; GitHub confirms it at the callback.
     let person = crate::session::current(app.store.as_ref(), input.session_cookie)
         .await?
-        .map(|s| s.record.user_id);
+        .map(|s| s.record().user_id.clone());
     match decision {
         Decision::Review => Err(FlowError::Page(pages::BAD_REQUEST)),
         Decision::Deny => {
