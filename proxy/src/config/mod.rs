@@ -2,7 +2,6 @@
 //! variable, and validated as a whole so every error is reported before any port is bound.
 //! The environment is read through [`Env`], so tests inject it instead of mutating the process.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -11,8 +10,11 @@ use url::Url;
 
 pub mod admin;
 
-use crate::crypto::{self, Key};
+pub use crate::bindings::issuer::PublicUrl;
+use crate::bindings::redirect::is_loopback_host;
 use crate::ids::ClientSecret;
+use crate::secrets::resolve_secret;
+pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
 
 mod audit;
 pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
@@ -24,27 +26,6 @@ mod registration;
 pub use registration::{
     ForwardedHeader, RateLimit, RateLimits, RegistrationMode, RegistrationPolicy, TrustedProxies,
 };
-
-/// Where environment variables come from (the process, or a map in tests).
-pub trait Env {
-    /// The variable's value, if set.
-    fn var(&self, name: &str) -> Option<String>;
-}
-
-/// The real process environment.
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok()
-    }
-}
-
-impl Env for std::collections::HashMap<String, String> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.get(name).cloned()
-    }
-}
 
 /// Everything wrong with a configuration, each line one problem.
 #[derive(Debug, thiserror::Error)]
@@ -216,9 +197,6 @@ struct RawStore {
     schema: Option<String>,
 }
 
-// No Debug: holds inline secrets. Names are checked against `KEY_NAMES`.
-type RawKeys = std::collections::BTreeMap<String, String>;
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawTokens {
@@ -364,68 +342,6 @@ pub struct BackendConfig {
     pub connect_timeout_secs: u64,
 }
 
-/// The proxy's public URL: the OAuth issuer; the MCP resource is this plus `/mcp`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicUrl(String);
-
-impl PublicUrl {
-    /// Validates a public URL: https (or http on a loopback host), no query, fragment or
-    /// userinfo. A trailing slash is removed so the issuer has one spelling.
-    pub fn parse(s: &str) -> Result<PublicUrl, String> {
-        let url = Url::parse(s).map_err(|e| format!("server.public_url: {e}"))?;
-        let host = url.host_str().unwrap_or_default();
-        match url.scheme() {
-            "https" => {}
-            "http" if is_loopback_host(host) => {}
-            "http" => {
-                return Err(format!(
-                    "server.public_url: http:// is accepted only for loopback hosts, not {host:?}; use https:// (TLS in front of the proxy is fine)"
-                ));
-            }
-            other => return Err(format!("server.public_url: unsupported scheme {other:?}")),
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err("server.public_url: must not have a query or fragment".to_owned());
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err("server.public_url: must not contain user info".to_owned());
-        }
-        if url.path() != "/" {
-            return Err("server.public_url: must be an origin without a path (the proxy serves /authorize, /mcp, … at its root)".to_owned());
-        }
-        let s = url.as_str().trim_end_matches('/').to_owned();
-        Ok(PublicUrl(s))
-    }
-    /// The issuer identifier, byte-identical everywhere it appears.
-    pub fn issuer(&self) -> &str {
-        &self.0
-    }
-    /// The canonical MCP resource URI.
-    pub fn mcp_resource(&self) -> String {
-        format!("{}/mcp", self.0)
-    }
-    /// `public_url + path` (path starts with `/`).
-    pub fn join(&self, path: &str) -> String {
-        format!("{}{}", self.0, path)
-    }
-    /// Scheme, host and port, for `Origin` checks.
-    pub fn origin(&self) -> String {
-        Url::parse(&self.0)
-            .map(|u| u.origin().ascii_serialization())
-            .unwrap_or_default()
-    }
-    /// Whether the public URL is plain http (loopback development only).
-    pub fn is_http(&self) -> bool {
-        self.0.starts_with("http://")
-    }
-}
-
-/// `127.0.0.1`, `[::1]` or `localhost`: the one definition, in `bindings::redirect`. Callers
-/// here pass a parsed URL's `host_str()`, which the URL parser has already normalised
-/// (`127.1` and `LOCALHOST` arrive as `127.0.0.1` and `localhost`); other loopback addresses
-/// such as `127.0.0.2` are not accepted for plain http.
-pub use crate::bindings::redirect::is_loopback_host;
-
 /// The proxy's one OAuth client at GitHub.
 #[derive(Debug, Clone)]
 pub struct GitHubConfig {
@@ -497,102 +413,6 @@ impl std::fmt::Debug for StoreConfig {
     }
 }
 
-/// The keys' names, one per purpose.
-pub const KEY_NAMES: [&str; 5] = [
-    "consent_cookie",
-    "csrf",
-    "token_encryption",
-    "connect_link",
-    "request_state",
-];
-
-/// Keys, each used for exactly one purpose.
-#[derive(Clone, Debug)]
-pub struct Keys {
-    /// MAC of the browser-bound flow ("consent") cookie.
-    pub consent_cookie: Key,
-    /// MAC of CSRF tokens in forms.
-    pub csrf: Key,
-    /// AEAD for stored GitHub tokens.
-    pub token_encryption: Key,
-    /// Derives connect-link codes from link ids (so the same link can be handed out again
-    /// without storing its code).
-    pub connect_link: Key,
-    /// MAC of the `requestState` the gateway mints for 2026-07-28 clients.
-    pub request_state: Key,
-}
-
-impl Keys {
-    /// Fresh random keys.
-    pub fn generate() -> Result<Keys, crypto::CryptoError> {
-        Ok(Keys {
-            consent_cookie: Key::generate()?,
-            csrf: Key::generate()?,
-            token_encryption: Key::generate()?,
-            connect_link: Key::generate()?,
-            request_state: Key::generate()?,
-        })
-    }
-
-    fn all(&self) -> [(&'static str, &Key); 5] {
-        [
-            ("consent_cookie", &self.consent_cookie),
-            ("csrf", &self.csrf),
-            ("token_encryption", &self.token_encryption),
-            ("connect_link", &self.connect_link),
-            ("request_state", &self.request_state),
-        ]
-    }
-
-    fn all_distinct(&self) -> bool {
-        let set: BTreeSet<&[u8; 32]> = self.all().iter().map(|(_, k)| k.secret()).collect();
-        set.len() == KEY_NAMES.len()
-    }
-
-    /// Loads keys generated earlier in the store directory, or generates and saves them
-    /// (owner-only permissions) so a single node needs no key management.
-    pub fn load_or_generate(dir: &Path) -> Result<Keys, String> {
-        use std::io::Write;
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let path = dir.join("keys.toml");
-        if path.exists() {
-            let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            if meta.permissions().mode() & 0o077 != 0 {
-                return Err(format!(
-                    "{}: key file must be readable by its owner only (chmod 600)",
-                    path.display()
-                ));
-            }
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let raw: RawKeys =
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut errs = Vec::new();
-            let keys = resolve_keys(&raw, &std::collections::HashMap::new(), &mut errs);
-            return match keys {
-                Some(k) if errs.is_empty() => Ok(k),
-                _ => Err(format!("{}: {}", path.display(), errs.join("; "))),
-            };
-        }
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let keys = Keys::generate().map_err(|e| e.to_string())?;
-        let mut text = "# Generated by mcp-oauth-proxy. Keep secret; several replicas must share keys from [keys] in the config instead.\n".to_owned();
-        for (name, key) in keys.all() {
-            text.push_str(&format!("{name} = \"{}\"\n", crypto::b64(key.secret())));
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        f.write_all(text.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(keys)
-    }
-}
-
 /// Client-facing token lifetimes, independent of GitHub's.
 #[derive(Debug, Clone)]
 pub struct TokenPolicy {
@@ -634,125 +454,6 @@ impl Default for SessionPolicy {
         SessionPolicy {
             max_age_secs: 12 * 3600,
             consent_skip_max_age_secs: 3600,
-        }
-    }
-}
-
-pub(crate) fn resolve_secret(
-    name: &str,
-    inline: Option<&String>,
-    file: Option<&PathBuf>,
-    env_name: Option<&String>,
-    env: &dyn Env,
-    errs: &mut Vec<String>,
-) -> Option<String> {
-    let given = [inline.is_some(), file.is_some(), env_name.is_some()]
-        .iter()
-        .filter(|b| **b)
-        .count();
-    if given > 1 {
-        errs.push(format!(
-            "{name}: give only one of {name}, {name}_file, {name}_env"
-        ));
-        return None;
-    }
-    if let Some(v) = inline {
-        return Some(v.clone());
-    }
-    if let Some(p) = file {
-        return match std::fs::read_to_string(p) {
-            Ok(s) => Some(s.trim_end_matches(['\n', '\r']).to_owned()),
-            Err(e) => {
-                errs.push(format!("{name}_file: {}: {e}", p.display()));
-                None
-            }
-        };
-    }
-    if let Some(var) = env_name {
-        return match env.var(var) {
-            Some(v) => Some(v),
-            None => {
-                errs.push(format!("{name}_env: environment variable {var} is not set"));
-                None
-            }
-        };
-    }
-    None
-}
-
-fn resolve_key(
-    name: &str,
-    inline: Option<&String>,
-    file: Option<&PathBuf>,
-    env_name: Option<&String>,
-    env: &dyn Env,
-    errs: &mut Vec<String>,
-) -> Option<Key> {
-    let text = resolve_secret(name, inline, file, env_name, env, errs)?;
-    match crypto::b64_decode(&text).and_then(|b| Key::from_slice(&b).ok()) {
-        Some(k) => Some(k),
-        None => {
-            errs.push(format!("keys.{name}: must be 32 bytes, base64-encoded"));
-            None
-        }
-    }
-}
-
-fn resolve_keys(raw: &RawKeys, env: &dyn Env, errs: &mut Vec<String>) -> Option<Keys> {
-    for name in raw.keys() {
-        let base = name
-            .strip_suffix("_file")
-            .or_else(|| name.strip_suffix("_env"))
-            .unwrap_or(name);
-        if !KEY_NAMES.contains(&base) {
-            errs.push(format!(
-                "keys.{name}: unknown key (known: {})",
-                KEY_NAMES.join(", ")
-            ));
-        }
-    }
-    let mut found = Vec::new();
-    for name in KEY_NAMES {
-        let file = raw.get(&format!("{name}_file")).map(PathBuf::from);
-        found.push(resolve_key(
-            name,
-            raw.get(name),
-            file.as_ref(),
-            raw.get(&format!("{name}_env")),
-            env,
-            errs,
-        ));
-    }
-    let mut it = found.into_iter();
-    let mut next = || it.next().flatten();
-    match (next(), next(), next(), next(), next()) {
-        (
-            Some(consent_cookie),
-            Some(csrf),
-            Some(token_encryption),
-            Some(connect_link),
-            Some(request_state),
-        ) => {
-            let keys = Keys {
-                consent_cookie,
-                csrf,
-                token_encryption,
-                connect_link,
-                request_state,
-            };
-            if keys.all_distinct() {
-                Some(keys)
-            } else {
-                errs.push("keys: each key must be different (one key, one purpose)".to_owned());
-                None
-            }
-        }
-        _ => {
-            errs.push(format!(
-                "keys: give all of {}, or omit [keys] to generate them in the store directory",
-                KEY_NAMES.join(", ")
-            ));
-            None
         }
     }
 }
@@ -800,7 +501,7 @@ impl Config {
             )
         });
         let shutdown_grace_secs = server.map_or(DEFAULT_SHUTDOWN_GRACE_SECS, |s| {
-            tls::validate_grace(s.shutdown_grace_secs, &mut errs);
+            crate::shutdown::validate_grace(s.shutdown_grace_secs, &mut errs);
             s.shutdown_grace_secs
         });
         let edge = crate::http::edge::EdgeLimits::from_raw(
@@ -948,7 +649,7 @@ impl Config {
         let keys = raw
             .keys
             .as_ref()
-            .and_then(|k| resolve_keys(k, env, &mut errs));
+            .and_then(|k| Keys::from_raw(k, env, &mut errs));
 
         let t = &raw.tokens;
         let tokens = TokenPolicy {
@@ -1155,6 +856,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto;
     use std::collections::HashMap;
 
     const MINIMAL: &str = r#"
