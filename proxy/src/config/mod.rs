@@ -10,11 +10,14 @@ use url::Url;
 
 pub mod admin;
 
+pub use crate::bindings::connect_link::ConnectPolicy;
 pub use crate::bindings::issuer::PublicUrl;
 use crate::bindings::redirect::is_loopback_host;
 use crate::ids::ClientSecret;
+pub use crate::oauth::policy::TokenPolicy;
 use crate::secrets::resolve_secret;
 pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
+pub use crate::session::SessionPolicy;
 
 mod audit;
 pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
@@ -44,12 +47,12 @@ struct RawConfig {
     store: RawStore,
     keys: Option<RawKeys>,
     #[serde(default)]
-    tokens: RawTokens,
+    tokens: crate::oauth::policy::RawTokens,
     #[serde(default)]
-    session: RawSession,
+    session: crate::session::RawSession,
     backend: Option<RawBackend>,
     #[serde(default)]
-    connect: RawConnect,
+    connect: crate::bindings::connect_link::RawConnect,
     #[serde(default)]
     log: audit::RawLog,
     #[serde(default)]
@@ -70,23 +73,6 @@ struct RawConfig {
     access: crate::bindings::admission::RawAccess,
     /// Owned by `telemetry`, which checks its keys.
     telemetry: Option<toml::Table>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawConnect {
-    link_ttl_secs: u64,
-    max_sign_in_age_secs: u64,
-}
-
-impl Default for RawConnect {
-    fn default() -> Self {
-        let d = ConnectPolicy::default();
-        RawConnect {
-            link_ttl_secs: d.link_ttl_secs,
-            max_sign_in_age_secs: d.max_sign_in_age_secs,
-        }
-    }
 }
 
 // No Debug: may hold the exchange client's secret inline.
@@ -197,46 +183,6 @@ struct RawStore {
     schema: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawTokens {
-    access_token_ttl_secs: u64,
-    refresh_token_idle_ttl_secs: u64,
-    refresh_token_max_lifetime_secs: u64,
-    refresh_grace_secs: u64,
-    code_ttl_secs: u64,
-}
-
-impl Default for RawTokens {
-    fn default() -> Self {
-        let d = TokenPolicy::default();
-        RawTokens {
-            access_token_ttl_secs: d.access_token_ttl_secs,
-            refresh_token_idle_ttl_secs: d.refresh_idle_ttl_secs,
-            refresh_token_max_lifetime_secs: d.refresh_max_lifetime_secs,
-            refresh_grace_secs: d.refresh_grace_secs,
-            code_ttl_secs: d.code_ttl_secs,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawSession {
-    max_age_secs: u64,
-    consent_skip_max_age_secs: u64,
-}
-
-impl Default for RawSession {
-    fn default() -> Self {
-        let d = SessionPolicy::default();
-        RawSession {
-            max_age_secs: d.max_age_secs,
-            consent_skip_max_age_secs: d.consent_skip_max_age_secs,
-        }
-    }
-}
-
 // ---- validated shape ------------------------------------------------------------------------
 
 /// The validated configuration.
@@ -292,24 +238,6 @@ pub struct Config {
     pub access: crate::bindings::admission::AccessPolicy,
     /// `[telemetry]`: where traces are exported; `None`: off.
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
-}
-
-/// Connect links (docs/DESIGN.md §6).
-#[derive(Debug, Clone)]
-pub struct ConnectPolicy {
-    /// How long a link stays open (housekeeping; the opener check is the protection).
-    pub link_ttl_secs: u64,
-    /// A sign-in older than this must be repeated before a link's action is offered.
-    pub max_sign_in_age_secs: u64,
-}
-
-impl Default for ConnectPolicy {
-    fn default() -> Self {
-        ConnectPolicy {
-            link_ttl_secs: 1800,
-            max_sign_in_age_secs: 900,
-        }
-    }
 }
 
 /// What the backend receives as its credential.
@@ -409,51 +337,6 @@ impl std::fmt::Debug for StoreConfig {
                 .field("url", &"[redacted]")
                 .field("schema", schema)
                 .finish(),
-        }
-    }
-}
-
-/// Client-facing token lifetimes, independent of GitHub's.
-#[derive(Debug, Clone)]
-pub struct TokenPolicy {
-    /// Access token lifetime.
-    pub access_token_ttl_secs: u64,
-    /// A refresh token family dies after this long without use.
-    pub refresh_idle_ttl_secs: u64,
-    /// ... and after this long regardless.
-    pub refresh_max_lifetime_secs: u64,
-    /// How long the immediately previous refresh token is still honoured after a rotation.
-    pub refresh_grace_secs: u64,
-    /// Authorization code lifetime.
-    pub code_ttl_secs: u64,
-}
-
-impl Default for TokenPolicy {
-    fn default() -> Self {
-        TokenPolicy {
-            access_token_ttl_secs: 3600,
-            refresh_idle_ttl_secs: 30 * 86_400,
-            refresh_max_lifetime_secs: 90 * 86_400,
-            refresh_grace_secs: 30,
-            code_ttl_secs: 60,
-        }
-    }
-}
-
-/// Browser session policy.
-#[derive(Debug, Clone)]
-pub struct SessionPolicy {
-    /// A proxy sign-in lasts this long.
-    pub max_age_secs: u64,
-    /// The consent page may be skipped only if the sign-in is at most this old.
-    pub consent_skip_max_age_secs: u64,
-}
-
-impl Default for SessionPolicy {
-    fn default() -> Self {
-        SessionPolicy {
-            max_age_secs: 12 * 3600,
-            consent_skip_max_age_secs: 3600,
         }
     }
 }
@@ -651,44 +534,10 @@ impl Config {
             .as_ref()
             .and_then(|k| Keys::from_raw(k, env, &mut errs));
 
-        let t = &raw.tokens;
-        let tokens = TokenPolicy {
-            access_token_ttl_secs: t.access_token_ttl_secs,
-            refresh_idle_ttl_secs: t.refresh_token_idle_ttl_secs,
-            refresh_max_lifetime_secs: t.refresh_token_max_lifetime_secs,
-            refresh_grace_secs: t.refresh_grace_secs,
-            code_ttl_secs: t.code_ttl_secs,
-        };
-        if tokens.access_token_ttl_secs < 60 || tokens.access_token_ttl_secs > 7 * 86_400 {
-            errs.push("tokens.access_token_ttl_secs: between 60 and 604800".to_owned());
-        }
-        if tokens.code_ttl_secs < 10 || tokens.code_ttl_secs > 600 {
-            errs.push("tokens.code_ttl_secs: between 10 and 600 (OAuth 2.1 recommends at most 10 minutes)".to_owned());
-        }
-        if tokens.refresh_grace_secs > 300 {
-            errs.push("tokens.refresh_grace_secs: at most 300".to_owned());
-        }
-        if tokens.refresh_idle_ttl_secs > tokens.refresh_max_lifetime_secs {
-            errs.push("tokens.refresh_token_idle_ttl_secs: must not exceed refresh_token_max_lifetime_secs".to_owned());
-        }
-        let s = &raw.session;
-        let session = SessionPolicy {
-            max_age_secs: s.max_age_secs,
-            consent_skip_max_age_secs: s.consent_skip_max_age_secs,
-        };
-        if session.max_age_secs < 300 {
-            errs.push("session.max_age_secs: at least 300".to_owned());
-        }
-        if session.consent_skip_max_age_secs > session.max_age_secs {
-            errs.push("session.consent_skip_max_age_secs: must not exceed max_age_secs".to_owned());
-        }
+        let tokens = TokenPolicy::from_raw(&raw.tokens, &mut errs);
+        let session = SessionPolicy::from_raw(&raw.session, &mut errs);
+        let connect = ConnectPolicy::from_raw(&raw.connect, &mut errs);
 
-        if !(60..=86_400).contains(&raw.connect.link_ttl_secs) {
-            errs.push("connect.link_ttl_secs: between 60 and 86400".to_owned());
-        }
-        if !(60..=86_400).contains(&raw.connect.max_sign_in_age_secs) {
-            errs.push("connect.max_sign_in_age_secs: between 60 and 86400".to_owned());
-        }
         let mut allowed_origins = Vec::new();
         for o in server
             .map(|s| s.allowed_origins.as_slice())
@@ -810,10 +659,7 @@ impl Config {
                     admin,
                     access,
                     telemetry,
-                    connect: ConnectPolicy {
-                        link_ttl_secs: raw.connect.link_ttl_secs,
-                        max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,
-                    },
+                    connect,
                     allowed_origins,
                     backend,
                     resource_name: server
