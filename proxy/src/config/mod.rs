@@ -19,6 +19,7 @@ pub use crate::oauth::policy::TokenPolicy;
 use crate::secrets::resolve_secret;
 pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
 pub use crate::session::SessionPolicy;
+pub use crate::store::StoreConfig;
 
 mod audit;
 pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
@@ -45,7 +46,7 @@ struct RawConfig {
     server: Option<RawServer>,
     github: Option<crate::github::RawGitHub>,
     #[serde(default)]
-    store: RawStore,
+    store: crate::store::RawStore,
     keys: Option<RawKeys>,
     #[serde(default)]
     tokens: crate::oauth::policy::RawTokens,
@@ -136,16 +137,6 @@ struct RawServer {
 
 fn default_listen() -> String {
     "127.0.0.1:8080".to_owned()
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawStore {
-    path: Option<PathBuf>,
-    cache_mb: Option<u64>,
-    url: Option<String>,
-    url_env: Option<String>,
-    schema: Option<String>,
 }
 
 // ---- validated shape ------------------------------------------------------------------------
@@ -240,46 +231,6 @@ pub struct BackendConfig {
 /// the cache several times slower (BENCHMARKS.md: 1M tokens, 128 MiB: 245 MB resident, checks
 /// about 10× the 10k-token cost; 1 GiB: about 1.1 GB, 2.4×).
 pub const DEFAULT_SLED_CACHE_MB: u64 = 1024;
-/// Accepted `store.cache_mb`.
-const SLED_CACHE_MB_RANGE: std::ops::RangeInclusive<u64> = 4..=65_536;
-
-/// Which store, and where.
-#[derive(Clone)]
-pub enum StoreConfig {
-    /// The embedded default: a sled directory (one process).
-    Sled {
-        /// Directory.
-        path: PathBuf,
-        /// Bytes of sled's page cache: bounds the store's share of resident memory however
-        /// many records are live (colder pages are read back from the file system).
-        cache_bytes: u64,
-    },
-    /// PostgreSQL, shared by several replicas.
-    Postgres {
-        /// Connection URL (may carry a password: never printed).
-        url: String,
-        /// Schema to use (created if missing); `None`: the server's default search path.
-        schema: Option<String>,
-    },
-}
-
-impl std::fmt::Debug for StoreConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreConfig::Sled { path, cache_bytes } => f
-                .debug_struct("Sled")
-                .field("path", path)
-                .field("cache_bytes", cache_bytes)
-                .finish(),
-            StoreConfig::Postgres { schema, .. } => f
-                .debug_struct("Postgres")
-                .field("url", &"[redacted]")
-                .field("schema", schema)
-                .finish(),
-        }
-    }
-}
-
 impl Config {
     /// Parses and validates a TOML document.
     pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
@@ -341,68 +292,13 @@ impl Config {
             Some(g) => GitHubConfig::from_raw(g, env, &mut errs),
         };
 
-        let pg_url = match (&raw.store.url, &raw.store.url_env) {
-            (Some(u), None) => Some(u.clone()),
-            (None, Some(var)) => match env.var(var) {
-                Some(u) => Some(u),
-                None => {
-                    errs.push(format!(
-                        "store.url_env: environment variable {var} is not set"
-                    ));
-                    None
-                }
-            },
-            (Some(_), Some(_)) => {
-                errs.push("store: give url or url_env, not both".to_owned());
-                None
-            }
-            (None, None) => None,
-        };
-        let store = match (&raw.store.path, pg_url) {
-            (Some(p), None) => {
-                let mb = raw.store.cache_mb.unwrap_or(DEFAULT_SLED_CACHE_MB);
-                if !(SLED_CACHE_MB_RANGE).contains(&mb) {
-                    errs.push(format!(
-                        "store.cache_mb: must be {}..={}",
-                        SLED_CACHE_MB_RANGE.start(),
-                        SLED_CACHE_MB_RANGE.end()
-                    ));
-                }
-                Some(StoreConfig::Sled {
-                    path: p.clone(),
-                    // Saturating: an out-of-range value was reported above and never used.
-                    cache_bytes: mb.saturating_mul(1024 * 1024),
-                })
-            }
-            (None, Some(url)) => {
-                if raw.store.cache_mb.is_some() {
-                    errs.push("store.cache_mb: only for the sled store (store.path)".to_owned());
-                }
-                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-                    errs.push("store.url: must start with postgres:// or postgresql://".to_owned());
-                }
-                if raw.keys.is_none() {
-                    errs.push(
-                        "[keys]: required with store.url (every replica must use the same keys)"
-                            .to_owned(),
-                    );
-                }
-                Some(StoreConfig::Postgres {
-                    url,
-                    schema: raw.store.schema.clone(),
-                })
-            }
-            (Some(_), Some(_)) => {
-                errs.push("store: give path (sled) or url (PostgreSQL), not both".to_owned());
-                None
-            }
-            (None, None) => {
-                errs.push(
-                    "store.path (sled directory) or store.url (PostgreSQL) is required".to_owned(),
-                );
-                None
-            }
-        };
+        let store = StoreConfig::from_raw(&raw.store, env, &mut errs);
+        // Across sections: replicas sharing a database must share keys.
+        if matches!(store, Some(StoreConfig::Postgres { .. })) && raw.keys.is_none() {
+            errs.push(
+                "[keys]: required with store.url (every replica must use the same keys)".to_owned(),
+            );
+        }
 
         let keys = raw
             .keys
