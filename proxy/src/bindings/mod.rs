@@ -16,10 +16,14 @@
 //! | consent = real access | [`consent_scope`] | `WithinConsent` (storing a GitHub grant needs it) |
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists.
+//!
+//! [`backend`] is no binding: it holds the `[backend]` settings that `upstream_auth`, the
+//! token-exchange flow and the gateway read.
 
 pub mod admission;
 pub mod approvals;
 pub mod audience;
+pub mod backend;
 pub mod browser_state;
 pub mod connect_link;
 pub mod consent_cookie;

@@ -10,11 +10,11 @@ use url::Url;
 
 pub mod admin;
 
+pub use crate::bindings::backend::{BackendAuth, BackendConfig};
 pub use crate::bindings::connect_link::ConnectPolicy;
 pub use crate::bindings::issuer::PublicUrl;
 use crate::bindings::redirect::is_loopback_host;
 pub use crate::github::GitHubConfig;
-use crate::ids::ClientSecret;
 pub use crate::oauth::policy::TokenPolicy;
 use crate::secrets::resolve_secret;
 pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
@@ -52,7 +52,7 @@ struct RawConfig {
     tokens: crate::oauth::policy::RawTokens,
     #[serde(default)]
     session: crate::session::RawSession,
-    backend: Option<RawBackend>,
+    backend: Option<crate::bindings::backend::RawBackend>,
     #[serde(default)]
     connect: crate::bindings::connect_link::RawConnect,
     #[serde(default)]
@@ -75,36 +75,6 @@ struct RawConfig {
     access: crate::bindings::admission::RawAccess,
     /// Owned by `telemetry`, which checks its keys.
     telemetry: Option<toml::Table>,
-}
-
-// No Debug: may hold the exchange client's secret inline.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawBackend {
-    url: String,
-    #[serde(default = "default_backend_auth")]
-    auth: String,
-    #[serde(default)]
-    required_scopes: Vec<String>,
-    #[serde(default = "default_connect_timeout")]
-    connect_timeout_secs: u64,
-    exchange_client_id: Option<String>,
-    exchange_client_secret: Option<String>,
-    exchange_client_secret_file: Option<PathBuf>,
-    exchange_client_secret_env: Option<String>,
-    #[serde(default = "default_backend_token_ttl")]
-    backend_token_ttl_secs: u64,
-}
-
-fn default_backend_token_ttl() -> u64 {
-    300
-}
-
-fn default_backend_auth() -> String {
-    "github_token".to_owned()
-}
-fn default_connect_timeout() -> u64 {
-    10
 }
 
 #[derive(Debug, Deserialize)]
@@ -194,36 +164,6 @@ pub struct Config {
     pub access: crate::bindings::admission::AccessPolicy,
     /// `[telemetry]`: where traces are exported; `None`: off.
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
-}
-
-/// What the backend receives as its credential.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackendAuth {
-    /// The person's GitHub token as a Bearer token.
-    GitHubToken,
-    /// A short-lived proxy token for the backend, which it exchanges (RFC 8693) for the
-    /// person's GitHub token, authenticating as this confidential client.
-    Exchange {
-        /// The backend's client id at our token endpoint.
-        client_id: String,
-        /// Its secret.
-        client_secret: std::sync::Arc<ClientSecret>,
-        /// Lifetime of each backend token.
-        token_ttl_secs: u64,
-    },
-}
-
-/// The backend MCP server (Streamable HTTP).
-#[derive(Debug, Clone)]
-pub struct BackendConfig {
-    /// Its MCP endpoint.
-    pub url: Url,
-    /// What it receives.
-    pub auth: BackendAuth,
-    /// Scopes every token must carry to use `/mcp`.
-    pub required_scopes: Vec<String>,
-    /// Connection timeout (streams themselves have none).
-    pub connect_timeout_secs: u64,
 }
 
 /// Default size of sled's page cache, MiB: sled's own default (1 GiB), now stated and
@@ -327,63 +267,10 @@ impl Config {
                 )),
             }
         }
-        let backend = raw.backend.as_ref().and_then(|b| {
-            let url = match Url::parse(&b.url) {
-                Ok(u) if matches!(u.scheme(), "https" | "http") => Some(u),
-                Ok(_) => {
-                    errs.push("backend.url: must be http:// or https://".to_owned());
-                    None
-                }
-                Err(e) => {
-                    errs.push(format!("backend.url: {e}"));
-                    None
-                }
-            };
-            let auth = match b.auth.as_str() {
-                "github_token" => Some(BackendAuth::GitHubToken),
-                "exchange" => {
-                    let secret = resolve_secret(
-                        "exchange_client_secret",
-                        b.exchange_client_secret.as_ref(),
-                        b.exchange_client_secret_file.as_ref(),
-                        b.exchange_client_secret_env.as_ref(),
-                        env,
-                        &mut errs,
-                    );
-                    let id = b.exchange_client_id.clone().filter(|i| !i.trim().is_empty());
-                    if id.is_none() {
-                        errs.push("backend.exchange_client_id: required with auth = \"exchange\"".to_owned());
-                    }
-                    if secret.as_ref().is_none_or(|s| s.len() < 16) {
-                        errs.push("backend.exchange_client_secret: required with auth = \"exchange\", at least 16 characters".to_owned());
-                    }
-                    if !(30..=3600).contains(&b.backend_token_ttl_secs) {
-                        errs.push("backend.backend_token_ttl_secs: between 30 and 3600".to_owned());
-                    }
-                    match (id, secret) {
-                        (Some(client_id), Some(s)) => Some(BackendAuth::Exchange {
-                            client_id,
-                            client_secret: std::sync::Arc::new(ClientSecret::new(s)),
-                            token_ttl_secs: b.backend_token_ttl_secs,
-                        }),
-                        _ => None,
-                    }
-                }
-                other => {
-                    errs.push(format!("backend.auth: {other:?} is not supported (use \"github_token\" or \"exchange\")"));
-                    None
-                }
-            };
-            if b.connect_timeout_secs == 0 || b.connect_timeout_secs > 120 {
-                errs.push("backend.connect_timeout_secs: between 1 and 120".to_owned());
-            }
-            Some(BackendConfig {
-                url: url?,
-                auth: auth?,
-                required_scopes: b.required_scopes.clone(),
-                connect_timeout_secs: b.connect_timeout_secs,
-            })
-        });
+        let backend = raw
+            .backend
+            .as_ref()
+            .and_then(|b| BackendConfig::from_raw(b, env, &mut errs));
         if let (Some(b), Some(g)) = (&backend, &raw.github)
             && let Some(s) = b.required_scopes.iter().find(|s| !g.scopes().contains(s))
         {
