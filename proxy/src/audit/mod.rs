@@ -7,6 +7,10 @@ use serde::Serialize;
 pub mod aggregate;
 pub mod detect;
 pub mod request_id;
+mod settings;
+pub use settings::{
+    AlertPolicy, LogConfig, LogFormat, RawAlerts, RawLog, RawWebhook, WebhookConfig,
+};
 pub mod source;
 pub mod verify;
 pub mod webhook;
@@ -458,16 +462,14 @@ impl Audit {
             store,
             clock,
             metrics,
-            detector: std::sync::Arc::new(detect::Detector::new(
-                &crate::config::AlertPolicy::default(),
-            )),
+            detector: std::sync::Arc::new(detect::Detector::new(&AlertPolicy::default())),
             webhook: None,
             refusals: std::sync::Arc::default(),
         }
     }
 
     /// Uses these alert thresholds.
-    pub fn with_alerts(mut self, policy: &crate::config::AlertPolicy) -> Audit {
+    pub fn with_alerts(mut self, policy: &AlertPolicy) -> Audit {
         self.detector = std::sync::Arc::new(detect::Detector::new(policy));
         self
     }

@@ -20,8 +20,8 @@ use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::AuditRecord;
+use super::WebhookConfig;
 use crate::clock::SharedClock;
-use crate::config::WebhookConfig;
 use crate::crypto;
 use crate::metrics::Metrics;
 use crate::outbound;

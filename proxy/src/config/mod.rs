@@ -13,7 +13,6 @@ pub mod admin;
 pub use crate::bindings::backend::{BackendAuth, BackendConfig};
 pub use crate::bindings::connect_link::ConnectPolicy;
 pub use crate::bindings::issuer::PublicUrl;
-use crate::bindings::redirect::is_loopback_host;
 pub use crate::github::GitHubConfig;
 pub use crate::oauth::policy::TokenPolicy;
 use crate::secrets::resolve_secret;
@@ -22,7 +21,7 @@ pub use crate::session::SessionPolicy;
 pub use crate::store::StoreConfig;
 
 mod audit;
-pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
+pub use crate::audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
 mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
 mod clients;
@@ -56,10 +55,10 @@ struct RawConfig {
     #[serde(default)]
     connect: crate::bindings::connect_link::RawConnect,
     #[serde(default)]
-    log: audit::RawLog,
+    log: crate::audit::RawLog,
     #[serde(default)]
-    alerts: audit::RawAlerts,
-    webhook: Option<audit::RawWebhook>,
+    alerts: crate::audit::RawAlerts,
+    webhook: Option<crate::audit::RawWebhook>,
     #[serde(default)]
     clients: Vec<clients::RawClient>,
     #[serde(default)]
