@@ -272,7 +272,7 @@ fn validate_webhook(
             errs.push("webhook.events: name at least one event kind, or \"all\"".to_owned());
         }
         for e in &w.events {
-            if !crate::audit::KINDS.contains(&e.as_str()) {
+            if super::Kind::from_name(e).is_none() {
                 errs.push(format!(
                     "webhook.events: {e:?} is not an event kind (see docs/CONFIG.md)"
                 ));
