@@ -132,7 +132,9 @@ impl App {
             None => None,
         };
         let clients = Directory::new(
-            &config,
+            &config.clients,
+            config.cimd,
+            config.registration.unused_client_ttl_secs,
             store.clone(),
             clock.clone(),
             offered_scopes.clone(),

@@ -13,6 +13,7 @@ pub mod admin;
 pub use crate::bindings::backend::{BackendAuth, BackendConfig};
 pub use crate::bindings::connect_link::ConnectPolicy;
 pub use crate::bindings::issuer::PublicUrl;
+pub use crate::clients::{CimdPolicy, PreregisteredClient, RegistrationMode, RegistrationPolicy};
 pub use crate::github::GitHubConfig;
 pub use crate::oauth::policy::TokenPolicy;
 use crate::secrets::resolve_secret;
@@ -24,12 +25,8 @@ mod audit;
 pub use crate::audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
 mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
-mod clients;
-pub use clients::{CimdPolicy, PreregisteredClient};
 mod registration;
-pub use registration::{
-    ForwardedHeader, RateLimit, RateLimits, RegistrationMode, RegistrationPolicy, TrustedProxies,
-};
+pub use registration::{ForwardedHeader, RateLimit, RateLimits, TrustedProxies};
 
 /// Everything wrong with a configuration, each line one problem.
 #[derive(Debug, thiserror::Error)]
@@ -60,11 +57,11 @@ struct RawConfig {
     alerts: crate::audit::RawAlerts,
     webhook: Option<crate::audit::RawWebhook>,
     #[serde(default)]
-    clients: Vec<clients::RawClient>,
+    clients: Vec<crate::clients::RawClient>,
     #[serde(default)]
-    cimd: clients::RawCimd,
+    cimd: crate::clients::RawCimd,
     #[serde(default)]
-    registration: registration::RawRegistration,
+    registration: crate::clients::RawRegistration,
     #[serde(default)]
     rate_limits: registration::RawRateLimits,
     #[serde(default)]
@@ -279,9 +276,9 @@ impl Config {
         }
 
         let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, &mut errs);
-        let clients = clients::validate_clients(&raw.clients, &mut errs);
-        let cimd = clients::validate_cimd(&raw.cimd, &mut errs);
-        let registration = registration::registration(&raw.registration, env, &mut errs);
+        let clients = crate::clients::validate_clients(&raw.clients, &mut errs);
+        let cimd = crate::clients::validate_cimd(&raw.cimd, &mut errs);
+        let registration = crate::clients::validate_registration(&raw.registration, env, &mut errs);
         let rate_limits = registration::rate_limits(&raw.rate_limits, &mut errs);
         let trusted_proxies = registration::trusted_proxies(
             server

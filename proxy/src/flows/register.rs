@@ -31,7 +31,7 @@ use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::consent_scope;
-use crate::config::RegistrationMode;
+use crate::clients::RegistrationMode;
 use crate::crypto;
 use crate::ids::ClientId;
 use crate::oauth::error::{ErrorCode, OAuthError};

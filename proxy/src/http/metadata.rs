@@ -39,7 +39,7 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
         // would otherwise try it and fail).
         if !matches!(
             app.config.registration.mode,
-            crate::config::RegistrationMode::Closed
+            crate::clients::RegistrationMode::Closed
         ) {
             obj.insert(
                 "registration_endpoint".into(),
