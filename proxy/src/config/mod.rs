@@ -15,6 +15,8 @@ pub use crate::bindings::connect_link::ConnectPolicy;
 pub use crate::bindings::issuer::PublicUrl;
 pub use crate::clients::{CimdPolicy, PreregisteredClient, RegistrationMode, RegistrationPolicy};
 pub use crate::github::GitHubConfig;
+pub use crate::http::client_ip::{ForwardedHeader, TrustedProxies};
+pub use crate::limits::{RateLimit, RateLimits};
 pub use crate::oauth::policy::TokenPolicy;
 use crate::secrets::resolve_secret;
 pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
@@ -25,8 +27,6 @@ mod audit;
 pub use crate::audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
 mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
-mod registration;
-pub use registration::{ForwardedHeader, RateLimit, RateLimits, TrustedProxies};
 
 /// Everything wrong with a configuration, each line one problem.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +63,7 @@ struct RawConfig {
     #[serde(default)]
     registration: crate::clients::RawRegistration,
     #[serde(default)]
-    rate_limits: registration::RawRateLimits,
+    rate_limits: crate::limits::RawRateLimits,
     #[serde(default)]
     admin: admin::RawAdmin,
     /// Owned and validated by the admission binding.
@@ -279,8 +279,8 @@ impl Config {
         let clients = crate::clients::validate_clients(&raw.clients, &mut errs);
         let cimd = crate::clients::validate_cimd(&raw.cimd, &mut errs);
         let registration = crate::clients::validate_registration(&raw.registration, env, &mut errs);
-        let rate_limits = registration::rate_limits(&raw.rate_limits, &mut errs);
-        let trusted_proxies = registration::trusted_proxies(
+        let rate_limits = crate::limits::rate_limits(&raw.rate_limits, &mut errs);
+        let trusted_proxies = crate::http::client_ip::trusted_proxies(
             server
                 .map(|s| s.trusted_proxies.as_slice())
                 .unwrap_or_default(),
