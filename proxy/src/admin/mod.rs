@@ -14,6 +14,9 @@ use http::{HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::json;
 
+mod settings;
+pub use settings::{AdminConfig, MIN_TOKEN_LEN, RawAdmin, validate};
+
 use crate::app::App;
 use crate::flows::admin::{self as flow, AdminError, Operator};
 use crate::ids::{ClientId, UserId};

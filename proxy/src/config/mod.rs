@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use url::Url;
 
-pub mod admin;
-
 pub use crate::bindings::backend::{BackendAuth, BackendConfig};
 pub use crate::bindings::connect_link::ConnectPolicy;
 pub use crate::bindings::issuer::PublicUrl;
@@ -18,7 +16,6 @@ pub use crate::github::GitHubConfig;
 pub use crate::http::client_ip::{ForwardedHeader, TrustedProxies};
 pub use crate::limits::{RateLimit, RateLimits};
 pub use crate::oauth::policy::TokenPolicy;
-use crate::secrets::resolve_secret;
 pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
 pub use crate::session::SessionPolicy;
 pub use crate::store::StoreConfig;
@@ -65,7 +62,7 @@ struct RawConfig {
     #[serde(default)]
     rate_limits: crate::limits::RawRateLimits,
     #[serde(default)]
-    admin: admin::RawAdmin,
+    admin: crate::admin::RawAdmin,
     /// Owned and validated by the admission binding.
     #[serde(default)]
     access: crate::bindings::admission::RawAccess,
@@ -155,7 +152,7 @@ pub struct Config {
     /// What one connection may cost: timeouts, connection caps, HTTP/2 limits.
     pub edge: crate::http::edge::EdgeLimits,
     /// The admin listener (metrics, health, admin API).
-    pub admin: admin::AdminConfig,
+    pub admin: crate::admin::AdminConfig,
     /// `[access]`: who may sign in (GitHub orgs, teams, people), and how often it is re-checked.
     pub access: crate::bindings::admission::AccessPolicy,
     /// `[telemetry]`: where traces are exported; `None`: off.
@@ -287,7 +284,7 @@ impl Config {
             server.and_then(|s| s.forwarded_header.as_deref()),
             &mut errs,
         );
-        let admin = admin::validate(&raw.admin, listen, env, &mut errs);
+        let admin = crate::admin::validate(&raw.admin, listen, env, &mut errs);
         let access = crate::bindings::admission::AccessPolicy::from_raw(
             &raw.access,
             github
