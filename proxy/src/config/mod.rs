@@ -20,6 +20,7 @@ pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
 pub use crate::session::SessionPolicy;
 pub use crate::store::StoreConfig;
 
+mod app;
 mod audit;
 pub use crate::audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
 mod tls;

@@ -14,8 +14,6 @@ use axum::response::Response;
 use http::HeaderMap;
 use ipnet::IpNet;
 
-use crate::app::App;
-
 /// The client's IP as decided by [`resolve`], in request extensions for handlers and audit.
 /// Absent only when the router runs without connection info (in-process benchmarks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +84,11 @@ pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> I
 }
 
 /// Middleware: puts the request's [`ClientIp`] into its extensions.
-pub async fn layer(State(app): State<App>, mut req: Request, next: Next) -> Response {
+pub async fn layer(
+    State(trusted): State<std::sync::Arc<TrustedProxies>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -94,7 +96,7 @@ pub async fn layer(State(app): State<App>, mut req: Request, next: Next) -> Resp
     let Some(peer) = peer else {
         return next.run(req).await;
     };
-    let ip = resolve(peer, req.headers(), &app.config.trusted_proxies);
+    let ip = resolve(peer, req.headers(), &trusted);
     req.extensions_mut().insert(ClientIp(ip));
     // Anonymous refusals are counted under it (`audit::aggregate`).
     crate::audit::source::scope(ip, next.run(req)).await
