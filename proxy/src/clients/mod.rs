@@ -11,6 +11,7 @@
 
 pub mod cimd;
 pub mod fetch;
+pub mod registration;
 mod settings;
 pub use settings::{
     CimdPolicy, PreregisteredClient, RawCimd, RawClient, RawRegistration, RegistrationMode,
