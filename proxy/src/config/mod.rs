@@ -3,11 +3,11 @@
 //! The environment is read through [`Env`], so tests inject it instead of mutating the process.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
-use url::Url;
 
+use crate::bindings::admission::AccessPolicy;
 pub use crate::bindings::backend::{BackendAuth, BackendConfig};
 pub use crate::bindings::connect_link::ConnectPolicy;
 pub use crate::bindings::issuer::PublicUrl;
@@ -22,6 +22,7 @@ pub use crate::store::StoreConfig;
 
 mod app;
 mod audit;
+mod server;
 pub use crate::audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
 mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
@@ -37,7 +38,7 @@ pub struct ConfigError(pub Vec<String>);
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    server: Option<RawServer>,
+    server: Option<server::RawServer>,
     github: Option<crate::github::RawGitHub>,
     #[serde(default)]
     store: crate::store::RawStore,
@@ -69,38 +70,6 @@ struct RawConfig {
     access: crate::bindings::admission::RawAccess,
     /// Owned by `telemetry`, which checks its keys.
     telemetry: Option<toml::Table>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    public_url: String,
-    #[serde(default = "default_listen")]
-    listen: String,
-    resource_name: Option<String>,
-    #[serde(default)]
-    allowed_origins: Vec<String>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    #[serde(default = "tls::default_shutdown_grace")]
-    shutdown_grace_secs: u64,
-    #[serde(default)]
-    trusted_proxies: Vec<String>,
-    forwarded_header: Option<String>,
-    // What a connection may cost: validated by `http::edge` (defaults and reasons there).
-    header_read_timeout_secs: Option<u64>,
-    body_read_timeout_secs: Option<u64>,
-    idle_timeout_secs: Option<u64>,
-    max_connections: Option<u64>,
-    max_connections_per_source: Option<u64>,
-    max_header_bytes: Option<u64>,
-    http2_max_concurrent_streams: Option<u64>,
-    http2_max_pending_reset_streams: Option<u64>,
-    http2_max_local_error_resets: Option<u64>,
-}
-
-fn default_listen() -> String {
-    "127.0.0.1:8080".to_owned()
 }
 
 // ---- validated shape ------------------------------------------------------------------------
@@ -166,137 +135,40 @@ pub struct Config {
 /// about 10× the 10k-token cost; 1 GiB: about 1.1 GB, 2.4×).
 pub const DEFAULT_SLED_CACHE_MB: u64 = 1024;
 impl Config {
-    /// Parses and validates a TOML document.
+    /// Parses and validates a TOML document. Each section is validated by the subsystem that
+    /// owns its settings; this only assembles them, one step per section, plus the rules that
+    /// span sections. Every problem is reported, in the order the steps run.
     pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string()]))?;
         let mut errs = Vec::new();
-
-        let server = raw.server.as_ref();
-        if server.is_none() {
-            errs.push("[server] is missing (public_url is required)".to_owned());
-        }
-        let public_url = server.and_then(|s| match PublicUrl::parse(&s.public_url) {
-            Ok(u) => Some(u),
-            Err(e) => {
-                errs.push(e);
-                None
-            }
-        });
-        let tls = server.and_then(|s| {
-            tls::validate_tls(
-                s.tls_cert.as_ref(),
-                s.tls_key.as_ref(),
-                public_url.as_ref(),
-                &mut errs,
-            )
-        });
-        let shutdown_grace_secs = server.map_or(DEFAULT_SHUTDOWN_GRACE_SECS, |s| {
-            crate::shutdown::validate_grace(s.shutdown_grace_secs, &mut errs);
-            s.shutdown_grace_secs
-        });
-        let edge = crate::http::edge::EdgeLimits::from_raw(
-            &server.map_or_else(Default::default, |s| crate::http::edge::RawEdgeLimits {
-                header_read_timeout_secs: s.header_read_timeout_secs,
-                body_read_timeout_secs: s.body_read_timeout_secs,
-                idle_timeout_secs: s.idle_timeout_secs,
-                max_connections: s.max_connections,
-                max_connections_per_source: s.max_connections_per_source,
-                max_header_bytes: s.max_header_bytes,
-                http2_max_concurrent_streams: s.http2_max_concurrent_streams,
-                http2_max_pending_reset_streams: s.http2_max_pending_reset_streams,
-                http2_max_local_error_resets: s.http2_max_local_error_resets,
-            }),
-            &mut errs,
-        );
-        let listen = server.and_then(|s| match s.listen.parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(e) => {
-                errs.push(format!("server.listen: {e}"));
-                None
-            }
-        });
-
-        let github = match raw.github.as_ref() {
-            None => {
-                errs.push(
-                    "[github] is missing (client_id and client_secret are required)".to_owned(),
-                );
-                None
-            }
-            Some(g) => GitHubConfig::from_raw(g, env, &mut errs),
-        };
-
-        let store = StoreConfig::from_raw(&raw.store, env, &mut errs);
-        // Across sections: replicas sharing a database must share keys.
-        if matches!(store, Some(StoreConfig::Postgres { .. })) && raw.keys.is_none() {
-            errs.push(
-                "[keys]: required with store.url (every replica must use the same keys)".to_owned(),
-            );
-        }
-
-        let keys = raw
-            .keys
-            .as_ref()
-            .and_then(|k| Keys::from_raw(k, env, &mut errs));
-
-        let tokens = TokenPolicy::from_raw(&raw.tokens, &mut errs);
-        let session = SessionPolicy::from_raw(&raw.session, &mut errs);
-        let connect = ConnectPolicy::from_raw(&raw.connect, &mut errs);
-
-        let mut allowed_origins = Vec::new();
-        for o in server
-            .map(|s| s.allowed_origins.as_slice())
-            .unwrap_or_default()
-        {
-            match Url::parse(o) {
-                Ok(u)
-                    if matches!(u.scheme(), "https" | "http")
-                        && u.path() == "/"
-                        && u.query().is_none() =>
-                {
-                    allowed_origins.push(u.origin().ascii_serialization());
-                }
-                _ => errs.push(format!(
-                    "server.allowed_origins: {o:?} is not an origin like https://app.example.com"
-                )),
-            }
-        }
-        let backend = raw
-            .backend
-            .as_ref()
-            .and_then(|b| BackendConfig::from_raw(b, env, &mut errs));
-        if let (Some(b), Some(g)) = (&backend, &raw.github)
-            && let Some(s) = b.required_scopes.iter().find(|s| !g.scopes().contains(s))
-        {
-            errs.push(format!(
-                "backend.required_scopes: {s:?} is not one of github.scopes"
-            ));
-        }
-
-        let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, &mut errs);
-        let clients = crate::clients::validate_clients(&raw.clients, &mut errs);
-        let cimd = crate::clients::validate_cimd(&raw.cimd, &mut errs);
-        let registration = crate::clients::validate_registration(&raw.registration, env, &mut errs);
-        let rate_limits = crate::limits::rate_limits(&raw.rate_limits, &mut errs);
-        let trusted_proxies = crate::http::client_ip::trusted_proxies(
-            server
-                .map(|s| s.trusted_proxies.as_slice())
-                .unwrap_or_default(),
-            server.and_then(|s| s.forwarded_header.as_deref()),
-            &mut errs,
-        );
-        let admin = crate::admin::validate(&raw.admin, listen, env, &mut errs);
-        let access = crate::bindings::admission::AccessPolicy::from_raw(
+        let e = &mut errs;
+        let server = server::Server::from_raw(raw.server.as_ref(), e);
+        let github = github(raw.github.as_ref(), env, e);
+        let store = store(&raw, env, e);
+        let keys = raw.keys.as_ref().and_then(|k| Keys::from_raw(k, env, e));
+        let tokens = TokenPolicy::from_raw(&raw.tokens, e);
+        let session = SessionPolicy::from_raw(&raw.session, e);
+        let connect = ConnectPolicy::from_raw(&raw.connect, e);
+        let allowed_origins = server::allowed_origins(raw.server.as_ref(), e);
+        let backend = backend(&raw, env, e);
+        let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, e);
+        let clients = crate::clients::validate_clients(&raw.clients, e);
+        let cimd = crate::clients::validate_cimd(&raw.cimd, e);
+        let registration = crate::clients::validate_registration(&raw.registration, env, e);
+        let rate_limits = crate::limits::rate_limits(&raw.rate_limits, e);
+        let trusted_proxies = server::trusted_proxies(raw.server.as_ref(), e);
+        let admin = crate::admin::validate(&raw.admin, server.listen, env, e);
+        let access = AccessPolicy::from_raw(
             &raw.access,
             github
                 .as_ref()
                 .map(|g| g.scopes.as_slice())
                 .unwrap_or_default(),
-            &mut errs,
+            e,
         );
-        let telemetry = crate::telemetry::TelemetryConfig::from_section(raw.telemetry, &mut errs);
+        let telemetry = crate::telemetry::TelemetryConfig::from_section(raw.telemetry, e);
 
-        match (public_url, listen, github, store) {
+        match (server.public_url, server.listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
                     log: audit.log,
@@ -307,16 +179,14 @@ impl Config {
                     registration,
                     rate_limits,
                     trusted_proxies,
-                    edge,
+                    edge: server.edge,
                     admin,
                     access,
                     telemetry,
                     connect,
                     allowed_origins,
                     backend,
-                    resource_name: server
-                        .and_then(|s| s.resource_name.clone())
-                        .unwrap_or_else(|| "GitHub tools via mcp-oauth-proxy".to_owned()),
+                    resource_name: server.resource_name,
                     public_url,
                     listen,
                     github,
@@ -324,8 +194,8 @@ impl Config {
                     keys,
                     tokens,
                     session,
-                    tls,
-                    shutdown_grace_secs,
+                    tls: server.tls,
+                    shutdown_grace_secs: server.shutdown_grace_secs,
                 })
             }
             _ => Err(ConfigError(errs)),
@@ -349,6 +219,49 @@ impl Config {
     pub fn github_callback_url(&self) -> String {
         self.public_url.join("/callback/github")
     }
+}
+
+/// `[github]`, which is required.
+fn github(
+    raw: Option<&crate::github::RawGitHub>,
+    env: &dyn Env,
+    errs: &mut Vec<String>,
+) -> Option<GitHubConfig> {
+    match raw {
+        None => {
+            errs.push("[github] is missing (client_id and client_secret are required)".to_owned());
+            None
+        }
+        Some(g) => GitHubConfig::from_raw(g, env, errs),
+    }
+}
+
+/// `[store]`, and across sections: replicas sharing a database must share keys.
+fn store(raw: &RawConfig, env: &dyn Env, errs: &mut Vec<String>) -> Option<StoreConfig> {
+    let store = StoreConfig::from_raw(&raw.store, env, errs);
+    if matches!(store, Some(StoreConfig::Postgres { .. })) && raw.keys.is_none() {
+        errs.push(
+            "[keys]: required with store.url (every replica must use the same keys)".to_owned(),
+        );
+    }
+    store
+}
+
+/// `[backend]`, and across sections: the scopes it requires must be ones GitHub is asked for
+/// (checked against `[github]` as written, even when that section has errors of its own).
+fn backend(raw: &RawConfig, env: &dyn Env, errs: &mut Vec<String>) -> Option<BackendConfig> {
+    let backend = raw
+        .backend
+        .as_ref()
+        .and_then(|b| BackendConfig::from_raw(b, env, errs));
+    if let (Some(b), Some(g)) = (&backend, &raw.github)
+        && let Some(s) = b.required_scopes.iter().find(|s| !g.scopes().contains(s))
+    {
+        errs.push(format!(
+            "backend.required_scopes: {s:?} is not one of github.scopes"
+        ));
+    }
+    backend
 }
 
 #[cfg(test)]
