@@ -302,6 +302,43 @@ path = "/tmp/x"
         Config::from_toml(&ok, &HashMap::new()).unwrap();
     }
 
+    /// Plain http is for loopback development only, and "loopback" is the redirect binding's
+    /// one definition (the consent page's): 127.0.0.2 is not, for any URL in the file.
+    #[test]
+    fn plain_http_urls_use_the_redirect_bindings_loopback_definition() {
+        for (host, loopback) in [
+            ("127.0.0.1", true),
+            ("[::1]", true),
+            ("localhost", true),
+            ("127.0.0.2", false),
+            ("[::2]", false),
+            ("localhost.example", false),
+        ] {
+            let url = format!("http://{host}:8080");
+            let parsed = url::Url::parse(&url).unwrap();
+            assert_eq!(
+                crate::bindings::redirect::is_loopback_host(parsed.host_str().unwrap()),
+                loopback,
+                "{host}"
+            );
+            let public = MINIMAL.replace("https://mcp.example.com/", &url);
+            let github = MINIMAL.replace(
+                "client_secret = \"s3cret\"",
+                &format!("client_secret = \"s3cret\"\napi_url = \"{url}\""),
+            );
+            let webhook = format!(
+                "{MINIMAL}[webhook]\nurl = \"{url}/hook\"\nsecret = \"0123456789abcdef0123\"\n"
+            );
+            for text in [&public, &github, &webhook] {
+                assert_eq!(
+                    Config::from_toml(text, &HashMap::new()).is_ok(),
+                    loopback,
+                    "{host}: {text}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_error_is_reported_at_once() {
         let text = r#"
