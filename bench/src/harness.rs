@@ -129,6 +129,7 @@ enabled = false
         Some(c) => Arc::new(CountingStore::new(store, c)),
         None => store,
     };
+    let http = config.http();
     let app = App::new(config, Keys::generate().expect("keys"), store, clock).expect("app");
     if opts.sweeper {
         let _sweeper = mcp_oauth_proxy::run::spawn_sweeper(&app);
@@ -139,7 +140,7 @@ enabled = false
         let _ = rx.await;
     };
     tokio::spawn(async move {
-        mcp_oauth_proxy::http::serve(listener, serving, stop)
+        mcp_oauth_proxy::http::serve(listener, serving, http, stop)
             .await
             .expect("proxy serve");
     });

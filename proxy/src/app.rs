@@ -1,19 +1,77 @@
-//! The dependencies every flow needs, built once at start: configuration, keys, store, clock,
-//! the GitHub client, the grant store and the audit sink.
+//! The dependencies every flow needs, built once at start: the settings request paths read,
+//! keys, store, clock, the GitHub client, the grant store and the audit sink.
+//!
+//! `App` never holds the whole configuration: [`Settings`] is made of the types each subsystem
+//! owns (`config/app.rs` builds it from a `Config`), so nothing below the entry points
+//! depends on `config/`. What only a listener reads (bind addresses, TLS files, the HTTP edge
+//! limits and trusted proxies, the grace period) is handed to that listener by `run`.
 
 use std::sync::Arc;
 
-use crate::audit::Audit;
-use crate::clients::Directory;
+use crate::audit::{AlertPolicy, Audit, WebhookConfig};
+use crate::bindings::admission::AccessPolicy;
+use crate::bindings::backend::BackendConfig;
+use crate::bindings::connect_link::ConnectPolicy;
+use crate::bindings::issuer::PublicUrl;
 use crate::clients::fetch::{Resolver, SystemResolver};
+use crate::clients::{CimdPolicy, Directory, PreregisteredClient, RegistrationPolicy};
 use crate::clock::SharedClock;
-use crate::config::{Config, Keys};
+use crate::github::GitHubConfig;
 use crate::github::client::{GitHubClient, GitHubError};
 use crate::github::grants::Grants;
-use crate::limits::Limits;
+use crate::ids::AdminToken;
+use crate::limits::{Limits, RateLimits};
 use crate::metrics::Metrics;
+use crate::oauth::policy::TokenPolicy;
 use crate::oauth::scope::ScopeSet;
+use crate::secrets::Keys;
+use crate::session::SessionPolicy;
 use crate::store::SharedStore;
+
+/// What the application reads of the configuration, each part a type its subsystem owns and
+/// validated there (field names as in `Config`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Issuer and public base URL.
+    pub public_url: PublicUrl,
+    /// `resource_name` in protected resource metadata.
+    pub resource_name: String,
+    /// Origins (besides the proxy's own) allowed to call `/mcp` from a browser.
+    pub allowed_origins: Vec<String>,
+    /// Upstream GitHub OAuth client.
+    pub github: GitHubConfig,
+    /// Client-facing token lifetimes.
+    pub tokens: TokenPolicy,
+    /// Browser session policy.
+    pub session: SessionPolicy,
+    /// The backend MCP server behind `/mcp`, if configured.
+    pub backend: Option<BackendConfig>,
+    /// Connect links.
+    pub connect: ConnectPolicy,
+    /// Detection thresholds.
+    pub alerts: AlertPolicy,
+    /// Operator event sink, if configured.
+    pub webhook: Option<WebhookConfig>,
+    /// Clients configured ahead of time.
+    pub clients: Vec<PreregisteredClient>,
+    /// Client ID Metadata Documents.
+    pub cimd: CimdPolicy,
+    /// Who may register clients dynamically, and registration housekeeping.
+    pub registration: RegistrationPolicy,
+    /// Rate limits on the public endpoints.
+    pub rate_limits: RateLimits,
+    /// Who may sign in.
+    pub access: AccessPolicy,
+    /// The admin API's bearer token; `None`: the admin API is off.
+    pub admin_token: Option<Arc<AdminToken>>,
+}
+
+impl Settings {
+    /// The GitHub callback URL registered at GitHub.
+    pub fn github_callback_url(&self) -> String {
+        self.public_url.join("/callback/github")
+    }
+}
 
 /// Why the application could not be wired together; reported at start, before any port is
 /// bound, like a configuration error.
@@ -37,8 +95,8 @@ pub struct App(Arc<Inner>);
 
 /// The fields behind [`App`].
 pub struct Inner {
-    /// Configuration.
-    pub config: Config,
+    /// What request paths read of the configuration.
+    pub config: Settings,
     /// Keys.
     pub keys: Keys,
     /// Store.
@@ -81,9 +139,9 @@ impl App {
         }
     }
 
-    /// Wires the application together.
+    /// Wires the application together from its settings (a `Config` converts: `config/app.rs`).
     pub fn new(
-        config: Config,
+        config: impl Into<Settings>,
         keys: Keys,
         store: SharedStore,
         clock: SharedClock,
@@ -94,12 +152,13 @@ impl App {
     /// [`App::new`] with the resolver client metadata documents are fetched through (tests
     /// inject one to map names to addresses).
     pub fn new_with_resolver(
-        config: Config,
+        config: impl Into<Settings>,
         keys: Keys,
         store: SharedStore,
         clock: SharedClock,
         resolver: Arc<dyn Resolver>,
     ) -> Result<App, AppError> {
+        let config: Settings = config.into();
         // Every store call is timed, whichever backend was opened.
         let metrics = Metrics::new();
         let store: SharedStore = Arc::new(crate::store::MeteredStore::new(store, metrics.clone()));
@@ -132,7 +191,9 @@ impl App {
             None => None,
         };
         let clients = Directory::new(
-            &config,
+            &config.clients,
+            config.cimd,
+            config.registration.unused_client_ttl_secs,
             store.clone(),
             clock.clone(),
             offered_scopes.clone(),
@@ -164,39 +225,5 @@ impl App {
     /// The issuer.
     pub fn issuer(&self) -> &str {
         self.config.public_url.issuer()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::ManualClock;
-    use crate::store::SledStore;
-
-    fn config(extra: &str) -> Config {
-        let toml = format!(
-            "[server]\npublic_url = \"https://mcp.example.com\"\n[github]\nclient_id = \"x\"\nclient_secret = \"y\"\n[store]\npath = \"/tmp/x\"\n{extra}"
-        );
-        Config::from_toml(&toml, &std::collections::HashMap::new())
-            .unwrap_or_else(|e| panic!("{:?}", e.0))
-    }
-
-    /// A webhook that cannot start (here: no runtime to deliver on) stops the start instead of
-    /// leaving the proxy running without the alerts it was configured to send.
-    #[test]
-    fn configured_webhook_that_cannot_start_fails_the_start_instead_of_silencing_alerts() {
-        let clock: SharedClock = ManualClock::new(crate::clock::UnixTime(1_700_000_000));
-        let store: SharedStore = Arc::new(SledStore::temporary(clock.clone()).unwrap());
-        let with_hook = config(
-            "[webhook]\nurl = \"https://hooks.example.com/mcp\"\nsecret = \"0123456789abcdef0123\"\n",
-        );
-        let keys = Keys::generate().unwrap();
-        match App::new(with_hook, keys.clone(), store.clone(), clock.clone()) {
-            Err(AppError::Webhook(why)) => assert!(why.contains("runtime"), "{why}"),
-            Err(e) => panic!("wrong error: {e}"),
-            Ok(_) => panic!("started without its webhook"),
-        }
-        // The same without a webhook starts.
-        assert!(App::new(config(""), keys, store, clock).is_ok());
     }
 }

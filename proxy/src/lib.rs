@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod oauth;
 pub mod outbound;
 pub mod run;
+pub mod secrets;
 pub mod session;
 pub mod shutdown;
 pub mod store;

@@ -36,7 +36,9 @@ use governor::state::{InMemoryState, NotKeyed, StateStore};
 use governor::{NotUntil, Quota, RateLimiter};
 
 use crate::clock::SharedClock;
-use crate::config::{RateLimit, RateLimits};
+
+mod settings;
+pub use settings::{RateLimit, RateLimits, RawRateLimits, rate_limits};
 
 /// Most buckets one table (an endpoint's per-IP or /48 buckets) keeps at a time.
 pub const MAX_TRACKED: usize = 100_000;

@@ -1,5 +1,5 @@
 //! Prometheus metrics, served on the admin listener. Domain counters are driven by audit
-//! events (one place decides what happened), request counters by an HTTP middleware, store
+//! events (one place decides what happened; keyed on the typed `audit::Kind`), request counters by an HTTP middleware, store
 //! latency by a wrapper around the store.
 //!
 //! Labels only ever hold values from fixed sets (route templates, event kinds, short reason
@@ -15,7 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::audit::AuditEvent;
+use crate::audit::{AuditEvent, Kind};
 
 /// The content type of [`Metrics::render`] (OpenMetrics text, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -108,6 +108,29 @@ struct EndpointBucketLabels {
 /// The metrics registry. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
+
+/// The audit sink reports here (`audit::Observer`): audit sits below metrics and names no
+/// metric; the counters are keyed on its typed [`Kind`].
+impl crate::audit::Observer for Metrics {
+    fn event(&self, kind: Kind, event: &serde_json::Value) {
+        self.audit_event_json(kind, event);
+    }
+    fn anonymous_refusal(&self, at: &'static str, reason: &'static str) {
+        Metrics::anonymous_refusal(self, at, reason);
+    }
+    fn refusal_overflow(&self) {
+        Metrics::refusal_overflow(self);
+    }
+    fn webhook_delivered(&self) {
+        Metrics::webhook_delivered(self);
+    }
+    fn webhook_failed(&self) {
+        Metrics::webhook_failed(self);
+    }
+    fn webhook_dropped(&self) {
+        Metrics::webhook_dropped(self);
+    }
+}
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -270,22 +293,25 @@ impl Metrics {
         }))
     }
 
-    /// An audit event was recorded. Derived from the event's serialized kind and fields, so
-    /// kinds added later are counted under `audit_events` without a change here.
+    /// An audit event was recorded: counted under `audit_events{kind}` and, by its [`Kind`],
+    /// under its domain counter.
     pub fn audit_event(&self, event: &AuditEvent) {
         if let Ok(json) = serde_json::to_value(event) {
-            self.audit_event_json(&json);
+            self.audit_event_json(event.kind(), &json);
         }
     }
 
     /// [`Metrics::audit_event`] for an event already serialized (the audit sink has the JSON
-    /// at hand; serializing every event twice was a measurable part of a `/mcp` call).
-    pub fn audit_event_json(&self, json: &serde_json::Value) {
-        let kind = json["event"].as_str().unwrap_or("unknown");
+    /// at hand; serializing every event twice was a measurable part of a `/mcp` call). The
+    /// kind is typed and matched exhaustively: a new kind does not compile until it is given
+    /// a counter here or explicitly none; labels read from fields are reduced to one word.
+    pub fn audit_event_json(&self, kind: Kind, json: &serde_json::Value) {
         let field = |name: &str| json[name].as_str().map(word);
         let m = &self.0;
         m.audit_events
-            .get_or_create(&KindLabels { kind: word(kind) })
+            .get_or_create(&KindLabels {
+                kind: kind.name().to_owned(),
+            })
             .inc();
         let consent = |d: &str| {
             m.consents
@@ -310,56 +336,73 @@ impl Metrics {
                 .inc();
         };
         match kind {
-            "client_registered" => {
+            Kind::ClientRegistered => {
                 m.registrations.inc();
             }
-            "consent_approved" => consent("approved"),
-            "consent_denied" => consent("denied"),
-            "consent_recorded" => consent("recorded"),
-            "code_issued" => {
+            Kind::ConsentApproved => consent("approved"),
+            Kind::ConsentDenied => consent("denied"),
+            Kind::ConsentRecorded => consent("recorded"),
+            Kind::CodeIssued => {
                 m.codes.inc();
                 if json["consent_remembered"].as_bool() == Some(true) {
                     consent("remembered");
                 }
             }
-            "token_issued" => {
+            Kind::TokenIssued => {
                 m.tokens.inc();
             }
-            "token_refreshed" => {
+            Kind::TokenRefreshed => {
                 m.refreshes.inc();
             }
-            "code_reuse" => {
+            Kind::CodeReuse => {
                 m.reuse
                     .get_or_create(&KindLabels {
                         kind: "code".to_owned(),
                     })
                     .inc();
             }
-            "refresh_reuse" => {
+            Kind::RefreshReuse => {
                 m.reuse
                     .get_or_create(&KindLabels {
                         kind: "refresh_token".to_owned(),
                     })
                     .inc();
             }
-            "token_rejected" => reject("mcp_token", field("reason")),
-            "callback_rejected" => reject("callback", field("reason")),
-            "handle_rejected" => reject("mcp_handle", field("kind")),
-            "token_exchange_refused" => reject("token_exchange", field("reason")),
-            "registration_refused" => reject("registration", field("reason")),
-            "connect_link_created" => link("created"),
-            "connect_link_refused" => link("refused_wrong_person"),
-            "connect_link_wrong_account" => link("wrong_account"),
-            "connect_link_completed" => link("completed"),
-            "connect_link_declined" => link("declined"),
-            other if other.starts_with("alert") => {
+            Kind::TokenRejected => reject("mcp_token", field("reason")),
+            Kind::CallbackRejected => reject("callback", field("reason")),
+            Kind::HandleRejected => reject("mcp_handle", field("kind")),
+            Kind::TokenExchangeRefused => reject("token_exchange", field("reason")),
+            Kind::RegistrationRefused => reject("registration", field("reason")),
+            Kind::ConnectLinkCreated => link("created"),
+            Kind::ConnectLinkRefused => link("refused_wrong_person"),
+            Kind::ConnectLinkWrongAccount => link("wrong_account"),
+            Kind::ConnectLinkCompleted => link("completed"),
+            Kind::ConnectLinkDeclined => link("declined"),
+            Kind::AlertRaised => {
                 // An alert's own kind if it names one, else the event's.
                 let alert = field("kind")
                     .or_else(|| field("alert"))
-                    .unwrap_or_else(|| word(other));
+                    .unwrap_or_else(|| word(kind.name()));
                 m.alerts.get_or_create(&KindLabels { kind: alert }).inc();
             }
-            _ => {}
+            // Counted under `audit_events` only. (Anonymous refusals were counted under
+            // `rejections` one by one, as they happened: `anonymous_refusal`.)
+            Kind::ClientDeleted
+            | Kind::ClientUnblocked
+            | Kind::GrantRevokedByAdmin
+            | Kind::ConsentShown
+            | Kind::SignedIn
+            | Kind::TokenRevoked
+            | Kind::UpstreamAction
+            | Kind::GitHubGrantStored
+            | Kind::GitHubGrantBroken
+            | Kind::GitHubGrantDisconnected
+            | Kind::AllowanceWithdrawn
+            | Kind::TokenExchanged
+            | Kind::ClientAccessRevoked
+            | Kind::SignInRefused
+            | Kind::AccessLost
+            | Kind::AnonymousRefusals => {}
         }
     }
 
@@ -540,6 +583,61 @@ mod tests {
         );
         assert!(!text.contains("free text"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// Every audit event kind moves `audit_events{kind}`, and exactly the kinds with a domain
+    /// counter move one: renaming a kind, or adding one, shows up here.
+    #[test]
+    fn every_audit_event_kind_moves_its_counters() {
+        // Kinds counted under `audit_events` only.
+        const ONLY_AUDIT_EVENTS: &[Kind] = &[
+            Kind::ClientDeleted,
+            Kind::ClientUnblocked,
+            Kind::GrantRevokedByAdmin,
+            Kind::ConsentShown,
+            Kind::SignedIn,
+            Kind::TokenRevoked,
+            Kind::UpstreamAction,
+            Kind::GitHubGrantStored,
+            Kind::GitHubGrantBroken,
+            Kind::GitHubGrantDisconnected,
+            Kind::AllowanceWithdrawn,
+            Kind::TokenExchanged,
+            Kind::ClientAccessRevoked,
+            Kind::SignInRefused,
+            Kind::AccessLost,
+            Kind::AnonymousRefusals,
+        ];
+        let samples = crate::audit::tests::samples();
+        let lines = |text: &str| -> std::collections::BTreeSet<String> {
+            text.lines()
+                .filter(|l| !l.starts_with('#') && !l.starts_with("mcp_proxy_audit_events"))
+                .map(str::to_owned)
+                .collect()
+        };
+        for kind in Kind::ALL {
+            let event = samples
+                .iter()
+                .find(|e| e.kind() == kind)
+                .unwrap_or_else(|| panic!("no sample of {kind:?}"));
+            let m = Metrics::new();
+            let before = m.render().unwrap();
+            m.audit_event(event);
+            let after = m.render().unwrap();
+            assert!(
+                after.contains(&format!(
+                    "mcp_proxy_audit_events_total{{kind=\"{}\"}} 1",
+                    kind.name()
+                )),
+                "{kind:?}: audit_events did not move"
+            );
+            let domain_moved = lines(&before) != lines(&after);
+            assert_eq!(
+                domain_moved,
+                !ONLY_AUDIT_EVENTS.contains(&kind),
+                "{kind:?}: domain counter moved = {domain_moved}"
+            );
+        }
     }
 
     #[test]

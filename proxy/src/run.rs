@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use crate::app::App;
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::{Config, Keys, StoreConfig};
+use crate::config::Config;
+use crate::secrets::Keys;
+use crate::store::StoreConfig;
 use crate::store::{PgStore, SharedStore, SledStore};
+use crate::tls::TlsFiles;
 
 /// How often expired records are swept.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
@@ -50,8 +53,22 @@ pub enum StartError {
     },
 }
 
+/// The application, and what its listeners need of the configuration (`App` holds only what
+/// request paths read).
+pub struct Prepared {
+    /// The application.
+    pub app: App,
+    /// `[server] listen`.
+    pub listen: SocketAddr,
+    /// `[admin] listen`.
+    pub admin_listen: SocketAddr,
+    tls: Option<TlsFiles>,
+    shutdown_grace_secs: u64,
+    http: crate::http::Settings,
+}
+
 /// Opens the store and loads keys, and builds the application; binds nothing.
-pub async fn prepare(config: Config, clock: SharedClock) -> Result<App, StartError> {
+pub async fn prepare(config: Config, clock: SharedClock) -> Result<Prepared, StartError> {
     crate::install_crypto_provider();
     let (keys, store): (Keys, SharedStore) = match &config.store {
         StoreConfig::Sled { path, cache_bytes } => {
@@ -76,7 +93,19 @@ pub async fn prepare(config: Config, clock: SharedClock) -> Result<App, StartErr
             (keys, connect_postgres(&config.store, clock.clone()).await?)
         }
     };
-    Ok(App::new(config, keys, store, clock)?)
+    let listen = config.listen;
+    let admin_listen = config.admin.listen;
+    let tls = config.tls.clone();
+    let shutdown_grace_secs = config.shutdown_grace_secs;
+    let http = config.http();
+    Ok(Prepared {
+        app: App::new(config, keys, store, clock)?,
+        listen,
+        admin_listen,
+        tls,
+        shutdown_grace_secs,
+        http,
+    })
 }
 
 /// Connects to PostgreSQL and applies migrations.
@@ -173,21 +202,23 @@ pub async fn bind_exactly(addr: SocketAddr) -> Result<tokio::net::TcpListener, S
 /// the store is flushed.
 pub async fn serve_on(
     listeners: Listeners,
-    app: App,
+    prepared: Prepared,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let tls = app
-        .config
-        .tls
-        .as_ref()
-        .map(crate::tls::Tls::new)
-        .transpose()?;
+    let Prepared {
+        app,
+        listen,
+        admin_listen: admin_addr,
+        tls,
+        shutdown_grace_secs,
+        http,
+    } = prepared;
+    let tls = tls.as_ref().map(crate::tls::Tls::new).transpose()?;
     let Listeners {
         main: listener,
         admin: admin_listener,
     } = listeners;
-    let addr = listener.local_addr().unwrap_or(app.config.listen);
-    let admin_addr = app.config.admin.listen;
+    let addr = listener.local_addr().unwrap_or(listen);
     // Before serving: from here on a SIGHUP reloads instead of terminating the process.
     #[cfg(unix)]
     let reloader = crate::shutdown::reload_on_sighup(tls.clone());
@@ -196,7 +227,7 @@ pub async fn serve_on(
     let audit = app.audit.clone();
     let store = app.store.clone();
     let drain = app.drain.clone();
-    let grace = Duration::from_secs(app.config.shutdown_grace_secs);
+    let grace = Duration::from_secs(shutdown_grace_secs);
     // One shutdown signal, fanned out to both listeners and the grace timer.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -215,7 +246,7 @@ pub async fn serve_on(
     tracing::info!(%addr, issuer = app.issuer(), tls = tls.is_some(), "serving");
     tracing::info!(
         addr = %admin_listener.local_addr().unwrap_or(admin_addr),
-        admin_api = app.config.admin.token.is_some(),
+        admin_api = app.config.admin_token.is_some(),
         "admin listener: /metrics, /healthz, /readyz, /admin/api"
     );
     let admin = tokio::spawn(crate::admin::serve(
@@ -237,9 +268,10 @@ pub async fn serve_on(
         Some(tls) => Box::pin(crate::http::serve_tls(
             tls.listener(listener),
             app,
+            http,
             shutdown,
         )),
-        None => Box::pin(crate::http::serve(listener, app, shutdown)),
+        None => Box::pin(crate::http::serve(listener, app, http, shutdown)),
     };
     let result = crate::shutdown::with_grace(serving, stopping_rx, grace, &drain).await;
     if *stop_rx.borrow() {
@@ -283,9 +315,9 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     for w in config.warnings() {
         tracing::warn!("{w}");
     }
-    let app = prepare(config, Arc::new(SystemClock)).await?;
-    let listeners = Listeners::bind(app.config.listen, app.config.admin.listen).await?;
-    serve_on(listeners, app, shutdown_signal()).await
+    let prepared = prepare(config, Arc::new(SystemClock)).await?;
+    let listeners = Listeners::bind(prepared.listen, prepared.admin_listen).await?;
+    serve_on(listeners, prepared, shutdown_signal()).await
 }
 
 /// Resolves on SIGTERM or SIGINT.

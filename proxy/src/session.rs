@@ -1,8 +1,9 @@
 //! The proxy's own browser sessions: a random token in the `__Host-mcp-session` cookie,
 //! stored as a hash with the person and the time they signed in through GitHub.
 
+use serde::Deserialize;
+
 use crate::clock::UnixTime;
-use crate::config::SessionPolicy;
 use crate::cookies;
 use crate::crypto::{self, CryptoError};
 use crate::ids::{GitHubLogin, SessionToken, UserId};
@@ -151,6 +152,59 @@ pub enum SessionError {
     /// Randomness.
     #[error(transparent)]
     Crypto(#[from] CryptoError),
+}
+
+/// `[session]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSession {
+    max_age_secs: u64,
+    consent_skip_max_age_secs: u64,
+}
+
+impl Default for RawSession {
+    fn default() -> Self {
+        let d = SessionPolicy::default();
+        RawSession {
+            max_age_secs: d.max_age_secs,
+            consent_skip_max_age_secs: d.consent_skip_max_age_secs,
+        }
+    }
+}
+
+/// Browser session policy.
+#[derive(Debug, Clone)]
+pub struct SessionPolicy {
+    /// A proxy sign-in lasts this long.
+    pub max_age_secs: u64,
+    /// The consent page may be skipped only if the sign-in is at most this old.
+    pub consent_skip_max_age_secs: u64,
+}
+
+impl Default for SessionPolicy {
+    fn default() -> Self {
+        SessionPolicy {
+            max_age_secs: 12 * 3600,
+            consent_skip_max_age_secs: 3600,
+        }
+    }
+}
+
+impl SessionPolicy {
+    /// Validates `[session]`, pushing one readable line per problem into `errs`.
+    pub fn from_raw(s: &RawSession, errs: &mut Vec<String>) -> SessionPolicy {
+        let session = SessionPolicy {
+            max_age_secs: s.max_age_secs,
+            consent_skip_max_age_secs: s.consent_skip_max_age_secs,
+        };
+        if session.max_age_secs < 300 {
+            errs.push("session.max_age_secs: at least 300".to_owned());
+        }
+        if session.consent_skip_max_age_secs > session.max_age_secs {
+            errs.push("session.consent_skip_max_age_secs: must not exceed max_age_secs".to_owned());
+        }
+        session
+    }
 }
 
 #[cfg(test)]

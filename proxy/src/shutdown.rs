@@ -16,6 +16,21 @@ use tokio::sync::watch;
 
 use crate::tls::Tls;
 
+/// Default grace period for in-flight requests and streams on SIGTERM
+/// (`[server] shutdown_grace_secs`).
+pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 30;
+/// Longest grace period accepted.
+const MAX_SHUTDOWN_GRACE_SECS: u64 = 3600;
+
+/// Validates `[server] shutdown_grace_secs`.
+pub fn validate_grace(secs: u64, errs: &mut Vec<String>) {
+    if secs > MAX_SHUTDOWN_GRACE_SECS {
+        errs.push(format!(
+            "server.shutdown_grace_secs: at most {MAX_SHUTDOWN_GRACE_SECS}"
+        ));
+    }
+}
+
 /// After the grace period, how long ended streams get to flush and connections to close
 /// before the process stops waiting for them.
 pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(5);

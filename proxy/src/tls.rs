@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -24,7 +24,48 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::config::TlsFiles;
+/// The PEM files the proxy serves HTTPS with (`[server] tls_cert` and `tls_key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// `tls_cert` / `tls_key` as written: both (HTTPS) or neither (`None`, plain HTTP behind a
+    /// TLS-terminating proxy); one alone is an error pushed into `errs`.
+    pub fn from_raw(
+        cert: Option<&PathBuf>,
+        key: Option<&PathBuf>,
+        errs: &mut Vec<String>,
+    ) -> Option<TlsFiles> {
+        match (cert, key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => {
+                errs.push("server.tls_cert and server.tls_key: give both (HTTPS) or neither (plain HTTP behind a TLS-terminating proxy)".to_owned());
+                None
+            }
+        }
+    }
+
+    /// The files if they load as a matching pair: checked at configuration time, so a bad pair
+    /// is a config error (exit 64) and not a failure after start.
+    pub fn loadable(self, errs: &mut Vec<String>) -> Option<TlsFiles> {
+        match load_certified_key(&self) {
+            Ok(_) => Some(self),
+            Err(e) => {
+                errs.push(format!("server.tls_cert / tls_key: {e}"));
+                None
+            }
+        }
+    }
+}
 
 /// How many TLS handshakes may be in progress, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -146,11 +146,12 @@ impl HttpsProxy {
         let tls = Tls::new(config.tls.as_ref().unwrap()).unwrap();
         let clock = ManualClock::new(SystemClock.now());
         let store = Arc::new(SledStore::temporary(clock.clone()).unwrap());
+        let http = config.http();
         let app = App::new(config, Keys::generate().unwrap(), store, clock).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let listener = tls.listener_with(listener, limits);
         tokio::spawn(async move {
-            mcp_oauth_proxy::http::serve_tls(listener, app, async {
+            mcp_oauth_proxy::http::serve_tls(listener, app, http, async {
                 let _ = rx.await;
             })
             .await

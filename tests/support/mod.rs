@@ -257,6 +257,7 @@ path = "/nonexistent-tests-use-a-temporary-store"
             schema,
             public_url: base.clone(),
         };
+        let http = config.http();
         let app = match opts.client_resolver {
             Some(r) => App::new_with_resolver(config, keys, store, clock.clone(), r),
             None => App::new(config, keys, store, clock.clone()),
@@ -265,7 +266,7 @@ path = "/nonexistent-tests-use-a-temporary-store"
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let serving = app.clone();
         tokio::spawn(async move {
-            mcp_oauth_proxy::http::serve(listener, serving, async {
+            mcp_oauth_proxy::http::serve(listener, serving, http, async {
                 let _ = rx.await;
             })
             .await

@@ -14,6 +14,9 @@ use http::{HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::json;
 
+mod settings;
+pub use settings::{AdminConfig, MIN_TOKEN_LEN, RawAdmin, validate};
+
 use crate::app::App;
 use crate::flows::admin::{self as flow, AdminError, Operator};
 use crate::ids::{ClientId, UserId};
@@ -23,8 +26,9 @@ pub const MAX_BODY: usize = 16 * 1024;
 /// `audit tail` without `limit`.
 const DEFAULT_TAIL: usize = 50;
 
-/// The admin listener's routes.
-pub fn router(app: App) -> Router {
+/// The admin listener's routes; `loopback_listener`: it is bound to a loopback address, so
+/// requests naming another host are refused (`loopback_hosts_only`).
+pub fn router(app: App, loopback_listener: bool) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
@@ -49,7 +53,7 @@ pub fn router(app: App) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::map_response(framework_rejections_as_json))
         .layer(axum::middleware::from_fn_with_state(
-            app.clone(),
+            loopback_listener,
             loopback_hosts_only,
         ))
         .with_state(app)
@@ -58,11 +62,11 @@ pub fn router(app: App) -> Router {
 /// On a loopback listener (the default), refuse requests whose `Host` is a name other than
 /// `localhost` before any route runs: DNS rebinding from a page in the operator's browser.
 async fn loopback_hosts_only(
-    State(app): State<App>,
+    State(loopback_listener): State<bool>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if app.config.admin.listen.ip().is_loopback() {
+    if loopback_listener {
         let host = req
             .headers()
             .get(header::HOST)
@@ -109,7 +113,10 @@ pub async fn serve(
     app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(app))
+    // The address actually bound (`run` binds exactly `[admin] listen`); one that cannot be
+    // read is treated as loopback, which only adds the Host check.
+    let loopback = listener.local_addr().map_or(true, |a| a.ip().is_loopback());
+    axum::serve(listener, router(app, loopback))
         .with_graceful_shutdown(shutdown)
         .await
 }

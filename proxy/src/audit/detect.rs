@@ -10,9 +10,9 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use super::AlertPolicy;
 use super::AuditEvent;
 use crate::clock::UnixTime;
-use crate::config::AlertPolicy;
 use crate::ids::{ClientId, UserId};
 
 /// Which rule fired.

@@ -7,6 +7,10 @@ use serde::Serialize;
 pub mod aggregate;
 pub mod detect;
 pub mod request_id;
+mod settings;
+pub use settings::{
+    AlertPolicy, LogConfig, LogFormat, RawAlerts, RawLog, RawWebhook, WebhookConfig,
+};
 pub mod source;
 pub mod verify;
 pub mod webhook;
@@ -14,7 +18,6 @@ pub mod webhook;
 use crate::clock::SharedClock;
 use crate::crypto;
 use crate::ids::{ClientId, FamilyId, UserId};
-use crate::metrics::Metrics;
 use crate::store::{SharedStore, StoreError, audit_log};
 
 /// Reading the trail in windows of this many seconds (about 28 hours) bounds what export and
@@ -368,52 +371,243 @@ pub enum AuditEvent {
     },
 }
 
-/// Every event kind (the `event` tag), for configuration that names kinds.
-pub const KINDS: &[&str] = &[
-    "client_registered",
-    "registration_refused",
-    "client_deleted",
-    "client_unblocked",
-    "grant_revoked_by_admin",
-    "consent_shown",
-    "consent_approved",
-    "consent_denied",
-    "consent_recorded",
-    "callback_rejected",
-    "signed_in",
-    "code_issued",
-    "code_reuse",
-    "token_issued",
-    "token_refreshed",
-    "refresh_reuse",
-    "token_revoked",
-    "token_rejected",
-    "handle_rejected",
-    "upstream_action",
-    "git_hub_grant_stored",
-    "git_hub_grant_broken",
-    "git_hub_grant_disconnected",
-    "allowance_withdrawn",
-    "connect_link_created",
-    "connect_link_refused",
-    "connect_link_wrong_account",
-    "connect_link_completed",
-    "connect_link_declined",
-    "token_exchanged",
-    "token_exchange_refused",
-    "client_access_revoked",
-    "sign_in_refused",
-    "access_lost",
-    "anonymous_refusals",
-    "alert_raised",
-];
+/// The kind of an [`AuditEvent`]: its `event` tag, one variant per event. Metrics key their
+/// counters on it with an exhaustive `match` (`metrics.rs`), so an event added or renamed
+/// without a decision about its counter does not compile; configuration that names kinds
+/// (`[webhook] events`) is checked against [`Kind::ALL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `client_registered`.
+    ClientRegistered,
+    /// `registration_refused`.
+    RegistrationRefused,
+    /// `client_deleted`.
+    ClientDeleted,
+    /// `client_unblocked`.
+    ClientUnblocked,
+    /// `grant_revoked_by_admin`.
+    GrantRevokedByAdmin,
+    /// `consent_shown`.
+    ConsentShown,
+    /// `consent_approved`.
+    ConsentApproved,
+    /// `consent_denied`.
+    ConsentDenied,
+    /// `consent_recorded`.
+    ConsentRecorded,
+    /// `callback_rejected`.
+    CallbackRejected,
+    /// `signed_in`.
+    SignedIn,
+    /// `code_issued`.
+    CodeIssued,
+    /// `code_reuse`.
+    CodeReuse,
+    /// `token_issued`.
+    TokenIssued,
+    /// `token_refreshed`.
+    TokenRefreshed,
+    /// `refresh_reuse`.
+    RefreshReuse,
+    /// `token_revoked`.
+    TokenRevoked,
+    /// `token_rejected`.
+    TokenRejected,
+    /// `handle_rejected`.
+    HandleRejected,
+    /// `upstream_action`.
+    UpstreamAction,
+    /// `git_hub_grant_stored`.
+    GitHubGrantStored,
+    /// `git_hub_grant_broken`.
+    GitHubGrantBroken,
+    /// `git_hub_grant_disconnected`.
+    GitHubGrantDisconnected,
+    /// `allowance_withdrawn`.
+    AllowanceWithdrawn,
+    /// `connect_link_created`.
+    ConnectLinkCreated,
+    /// `connect_link_refused`.
+    ConnectLinkRefused,
+    /// `connect_link_wrong_account`.
+    ConnectLinkWrongAccount,
+    /// `connect_link_completed`.
+    ConnectLinkCompleted,
+    /// `connect_link_declined`.
+    ConnectLinkDeclined,
+    /// `token_exchanged`.
+    TokenExchanged,
+    /// `token_exchange_refused`.
+    TokenExchangeRefused,
+    /// `client_access_revoked`.
+    ClientAccessRevoked,
+    /// `sign_in_refused`.
+    SignInRefused,
+    /// `access_lost`.
+    AccessLost,
+    /// `anonymous_refusals`.
+    AnonymousRefusals,
+    /// `alert_raised`.
+    AlertRaised,
+}
+
+impl Kind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Kind; 36] = [
+        Kind::ClientRegistered,
+        Kind::RegistrationRefused,
+        Kind::ClientDeleted,
+        Kind::ClientUnblocked,
+        Kind::GrantRevokedByAdmin,
+        Kind::ConsentShown,
+        Kind::ConsentApproved,
+        Kind::ConsentDenied,
+        Kind::ConsentRecorded,
+        Kind::CallbackRejected,
+        Kind::SignedIn,
+        Kind::CodeIssued,
+        Kind::CodeReuse,
+        Kind::TokenIssued,
+        Kind::TokenRefreshed,
+        Kind::RefreshReuse,
+        Kind::TokenRevoked,
+        Kind::TokenRejected,
+        Kind::HandleRejected,
+        Kind::UpstreamAction,
+        Kind::GitHubGrantStored,
+        Kind::GitHubGrantBroken,
+        Kind::GitHubGrantDisconnected,
+        Kind::AllowanceWithdrawn,
+        Kind::ConnectLinkCreated,
+        Kind::ConnectLinkRefused,
+        Kind::ConnectLinkWrongAccount,
+        Kind::ConnectLinkCompleted,
+        Kind::ConnectLinkDeclined,
+        Kind::TokenExchanged,
+        Kind::TokenExchangeRefused,
+        Kind::ClientAccessRevoked,
+        Kind::SignInRefused,
+        Kind::AccessLost,
+        Kind::AnonymousRefusals,
+        Kind::AlertRaised,
+    ];
+
+    /// The `event` tag as serialized (and as configuration names it).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::ClientRegistered => "client_registered",
+            Kind::RegistrationRefused => "registration_refused",
+            Kind::ClientDeleted => "client_deleted",
+            Kind::ClientUnblocked => "client_unblocked",
+            Kind::GrantRevokedByAdmin => "grant_revoked_by_admin",
+            Kind::ConsentShown => "consent_shown",
+            Kind::ConsentApproved => "consent_approved",
+            Kind::ConsentDenied => "consent_denied",
+            Kind::ConsentRecorded => "consent_recorded",
+            Kind::CallbackRejected => "callback_rejected",
+            Kind::SignedIn => "signed_in",
+            Kind::CodeIssued => "code_issued",
+            Kind::CodeReuse => "code_reuse",
+            Kind::TokenIssued => "token_issued",
+            Kind::TokenRefreshed => "token_refreshed",
+            Kind::RefreshReuse => "refresh_reuse",
+            Kind::TokenRevoked => "token_revoked",
+            Kind::TokenRejected => "token_rejected",
+            Kind::HandleRejected => "handle_rejected",
+            Kind::UpstreamAction => "upstream_action",
+            Kind::GitHubGrantStored => "git_hub_grant_stored",
+            Kind::GitHubGrantBroken => "git_hub_grant_broken",
+            Kind::GitHubGrantDisconnected => "git_hub_grant_disconnected",
+            Kind::AllowanceWithdrawn => "allowance_withdrawn",
+            Kind::ConnectLinkCreated => "connect_link_created",
+            Kind::ConnectLinkRefused => "connect_link_refused",
+            Kind::ConnectLinkWrongAccount => "connect_link_wrong_account",
+            Kind::ConnectLinkCompleted => "connect_link_completed",
+            Kind::ConnectLinkDeclined => "connect_link_declined",
+            Kind::TokenExchanged => "token_exchanged",
+            Kind::TokenExchangeRefused => "token_exchange_refused",
+            Kind::ClientAccessRevoked => "client_access_revoked",
+            Kind::SignInRefused => "sign_in_refused",
+            Kind::AccessLost => "access_lost",
+            Kind::AnonymousRefusals => "anonymous_refusals",
+            Kind::AlertRaised => "alert_raised",
+        }
+    }
+
+    /// The kind named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl AuditEvent {
+    /// Which kind of event this is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            AuditEvent::ClientRegistered { .. } => Kind::ClientRegistered,
+            AuditEvent::RegistrationRefused { .. } => Kind::RegistrationRefused,
+            AuditEvent::ClientDeleted { .. } => Kind::ClientDeleted,
+            AuditEvent::ClientUnblocked { .. } => Kind::ClientUnblocked,
+            AuditEvent::GrantRevokedByAdmin { .. } => Kind::GrantRevokedByAdmin,
+            AuditEvent::ConsentShown { .. } => Kind::ConsentShown,
+            AuditEvent::ConsentApproved { .. } => Kind::ConsentApproved,
+            AuditEvent::ConsentDenied { .. } => Kind::ConsentDenied,
+            AuditEvent::ConsentRecorded { .. } => Kind::ConsentRecorded,
+            AuditEvent::CallbackRejected { .. } => Kind::CallbackRejected,
+            AuditEvent::SignedIn { .. } => Kind::SignedIn,
+            AuditEvent::CodeIssued { .. } => Kind::CodeIssued,
+            AuditEvent::CodeReuse { .. } => Kind::CodeReuse,
+            AuditEvent::TokenIssued { .. } => Kind::TokenIssued,
+            AuditEvent::TokenRefreshed { .. } => Kind::TokenRefreshed,
+            AuditEvent::RefreshReuse { .. } => Kind::RefreshReuse,
+            AuditEvent::TokenRevoked { .. } => Kind::TokenRevoked,
+            AuditEvent::TokenRejected { .. } => Kind::TokenRejected,
+            AuditEvent::HandleRejected { .. } => Kind::HandleRejected,
+            AuditEvent::UpstreamAction { .. } => Kind::UpstreamAction,
+            AuditEvent::GitHubGrantStored { .. } => Kind::GitHubGrantStored,
+            AuditEvent::GitHubGrantBroken { .. } => Kind::GitHubGrantBroken,
+            AuditEvent::GitHubGrantDisconnected { .. } => Kind::GitHubGrantDisconnected,
+            AuditEvent::AllowanceWithdrawn { .. } => Kind::AllowanceWithdrawn,
+            AuditEvent::ConnectLinkCreated { .. } => Kind::ConnectLinkCreated,
+            AuditEvent::ConnectLinkRefused { .. } => Kind::ConnectLinkRefused,
+            AuditEvent::ConnectLinkWrongAccount { .. } => Kind::ConnectLinkWrongAccount,
+            AuditEvent::ConnectLinkCompleted { .. } => Kind::ConnectLinkCompleted,
+            AuditEvent::ConnectLinkDeclined { .. } => Kind::ConnectLinkDeclined,
+            AuditEvent::TokenExchanged { .. } => Kind::TokenExchanged,
+            AuditEvent::TokenExchangeRefused { .. } => Kind::TokenExchangeRefused,
+            AuditEvent::ClientAccessRevoked { .. } => Kind::ClientAccessRevoked,
+            AuditEvent::SignInRefused { .. } => Kind::SignInRefused,
+            AuditEvent::AccessLost { .. } => Kind::AccessLost,
+            AuditEvent::AnonymousRefusals { .. } => Kind::AnonymousRefusals,
+            AuditEvent::AlertRaised { .. } => Kind::AlertRaised,
+        }
+    }
+}
+
+/// Where the audit sink reports what it records, for counting: implemented by the metrics
+/// registry (`metrics::Metrics`), which sits above audit and keys its counters on [`Kind`].
+/// Audit itself names no metric.
+pub trait Observer: Send + Sync + 'static {
+    /// An event of `kind` was recorded; `event` is its JSON (already serialized for the trail).
+    fn event(&self, kind: Kind, event: &serde_json::Value);
+    /// An anonymous refusal was counted (`aggregate`): where, and why.
+    fn anonymous_refusal(&self, at: &'static str, reason: &'static str);
+    /// An anonymous refusal was counted without its source (the aggregate table was full).
+    fn refusal_overflow(&self);
+    /// A webhook delivery succeeded.
+    fn webhook_delivered(&self);
+    /// A webhook delivery attempt failed (it may be retried).
+    fn webhook_failed(&self);
+    /// An event was dropped before delivery (queue full or retries exhausted).
+    fn webhook_dropped(&self);
+}
 
 /// The audit sink.
 #[derive(Clone)]
 pub struct Audit {
     store: SharedStore,
     clock: SharedClock,
-    metrics: Metrics,
+    metrics: std::sync::Arc<dyn Observer>,
     detector: std::sync::Arc<detect::Detector>,
     webhook: Option<webhook::Webhook>,
     refusals: std::sync::Arc<aggregate::Table>,
@@ -429,22 +623,20 @@ pub const PAGE_SIZE: usize = 500;
 pub use crate::store::records::AuditRecord;
 
 impl Audit {
-    /// New sink, with default alert thresholds and no webhook.
-    pub fn new(store: SharedStore, clock: SharedClock, metrics: Metrics) -> Audit {
+    /// New sink, with default alert thresholds and no webhook, reporting to `metrics`.
+    pub fn new(store: SharedStore, clock: SharedClock, metrics: impl Observer) -> Audit {
         Audit {
             store,
             clock,
-            metrics,
-            detector: std::sync::Arc::new(detect::Detector::new(
-                &crate::config::AlertPolicy::default(),
-            )),
+            metrics: std::sync::Arc::new(metrics),
+            detector: std::sync::Arc::new(detect::Detector::new(&AlertPolicy::default())),
             webhook: None,
             refusals: std::sync::Arc::default(),
         }
     }
 
     /// Uses these alert thresholds.
-    pub fn with_alerts(mut self, policy: &crate::config::AlertPolicy) -> Audit {
+    pub fn with_alerts(mut self, policy: &AlertPolicy) -> Audit {
         self.detector = std::sync::Arc::new(detect::Detector::new(policy));
         self
     }
@@ -542,14 +734,14 @@ impl Audit {
         );
         let request_id = request_id::current();
         let json = serde_json::to_value(&event).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let kind = json["event"].as_str().unwrap_or_default().to_owned();
+        let kind = event.kind().name().to_owned();
         let rid = request_id.as_deref().unwrap_or("-");
         if matches!(event, AuditEvent::AlertRaised { .. }) {
             tracing::warn!(target: "audit", id = %id, at = at.0, request_id = rid, kind = %kind, event = %json, "alert");
         } else {
             tracing::info!(target: "audit", id = %id, at = at.0, request_id = rid, kind = %kind, event = %json, "audit");
         }
-        self.metrics.audit_event_json(&json);
+        self.metrics.event(event.kind(), &json);
         let rec = AuditRecord {
             id: id.clone(),
             at,
@@ -613,7 +805,7 @@ impl Audit {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::clock::UnixTime;
 
@@ -662,8 +854,36 @@ mod tests {
     }
     const VARIANTS: usize = 36;
 
-    /// One value of every variant.
-    fn samples() -> Vec<AuditEvent> {
+    /// What the sink reported, one line each (the metrics registry sits above audit).
+    #[derive(Clone, Default)]
+    struct Seen(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Seen {
+        fn count(&self, line: &str) -> usize {
+            self.0.lock().unwrap().iter().filter(|l| *l == line).count()
+        }
+        fn push(&self, line: String) {
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    impl Observer for Seen {
+        fn event(&self, kind: Kind, _: &serde_json::Value) {
+            self.push(format!("event {}", kind.name()));
+        }
+        fn anonymous_refusal(&self, at: &'static str, reason: &'static str) {
+            self.push(format!("refusal {at} {reason}"));
+        }
+        fn refusal_overflow(&self) {
+            self.push("overflow".to_owned());
+        }
+        fn webhook_delivered(&self) {}
+        fn webhook_failed(&self) {}
+        fn webhook_dropped(&self) {}
+    }
+
+    /// One value of every variant (the metrics tests count each).
+    pub(crate) fn samples() -> Vec<AuditEvent> {
         let u = || UserId::new("github:1");
         let c = || ClientId::new("c");
         let f = || FamilyId::new("f");
@@ -847,7 +1067,7 @@ mod tests {
         let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000 - 10));
         let store: SharedStore =
             std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
-        let audit = Audit::new(store, clock.clone(), Metrics::new());
+        let audit = Audit::new(store, clock.clone(), Seen::default());
         let mut want = Vec::new();
         // Five events, the later ones each in a later window (one window is skipped entirely).
         for (i, step) in [0, 5, WINDOW_SECS, 3 * WINDOW_SECS, 1]
@@ -887,7 +1107,8 @@ mod tests {
         let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000 + 10));
         let sled = std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
         let store: SharedStore = sled.clone();
-        let audit = Audit::new(store.clone(), clock.clone(), Metrics::new());
+        let seen = Seen::default();
+        let audit = Audit::new(store.clone(), clock.clone(), seen.clone());
         let flushes = || crate::store::Store::disk_flushes(&*sled).unwrap_or_default();
         let before = flushes();
         for _ in 0..1000 {
@@ -933,14 +1154,8 @@ mod tests {
             ]
         );
         assert!(trail.iter().all(|r| r.kind == "anonymous_refusals"));
-        // The metric moved per request.
-        let text = audit.metrics.render().unwrap();
-        assert!(
-            text.contains(
-                "mcp_proxy_rejections_total{source=\"mcp_token\",reason=\"missing\"} 1000"
-            ),
-            "{text}"
-        );
+        // The metric moved per request (`rejections{source="mcp_token",reason="missing"}`).
+        assert_eq!(seen.count("refusal mcp_token missing"), 1000);
         // Shutdown takes the current minute too.
         audit.refused(aggregate::Refusal::RegistrationWrongToken);
         assert_eq!(audit.flush_refusals(false).await.unwrap(), 0);
@@ -952,7 +1167,7 @@ mod tests {
         let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000));
         let store: SharedStore =
             std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
-        let audit = Audit::new(store, clock.clone(), Metrics::new());
+        let audit = Audit::new(store, clock.clone(), Seen::default());
         for i in 0..7 {
             clock.advance(WINDOW_SECS / 3);
             audit
@@ -995,12 +1210,18 @@ mod tests {
         for e in &samples {
             let v = serde_json::to_value(e).unwrap_or_default();
             let kind = v["event"].as_str().unwrap_or_default().to_owned();
-            assert!(KINDS.contains(&kind.as_str()), "{kind} missing from KINDS");
+            assert_eq!(e.kind().name(), kind, "Kind::name is the serialized tag");
+            assert_eq!(Kind::from_name(&kind), Some(e.kind()));
             names.push(kind);
         }
         names.sort();
         names.dedup();
         assert_eq!(names.len(), VARIANTS, "distinct kinds");
-        assert_eq!(KINDS.len(), VARIANTS, "KINDS lists nothing else");
+        assert_eq!(Kind::ALL.len(), VARIANTS, "Kind::ALL lists nothing else");
+        let mut all = Kind::ALL.to_vec();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), VARIANTS, "Kind::ALL lists each kind once");
+        assert_eq!(Kind::from_name("token_stolen"), None);
     }
 }

@@ -20,10 +20,9 @@ use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::AuditRecord;
+use super::WebhookConfig;
 use crate::clock::SharedClock;
-use crate::config::WebhookConfig;
 use crate::crypto;
-use crate::metrics::Metrics;
 use crate::outbound;
 
 /// Ordinary events being delivered at once.
@@ -119,7 +118,7 @@ pub struct Webhook {
 struct Shared {
     config: WebhookConfig,
     stats: WebhookStats,
-    metrics: Metrics,
+    metrics: Box<dyn super::Observer>,
 }
 
 impl Webhook {
@@ -128,7 +127,7 @@ impl Webhook {
     pub fn start(
         config: WebhookConfig,
         clock: SharedClock,
-        metrics: Metrics,
+        metrics: impl super::Observer,
     ) -> Result<Webhook, String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "no async runtime to run webhook deliveries on".to_owned())?;
@@ -144,7 +143,7 @@ impl Webhook {
         let shared = Arc::new(Shared {
             config,
             stats: WebhookStats::default(),
-            metrics,
+            metrics: Box::new(metrics),
         });
         let sender = Sender { http, clock };
         runtime.spawn(dispatch(

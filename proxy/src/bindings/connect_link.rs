@@ -7,6 +7,8 @@
 //! sign in; someone else signed in → refused (and audited); sign-in too old → sign in again.
 //! Only then does the person get `OpenedBy`, which the page's action requires.
 
+use serde::Deserialize;
+
 use super::audience::Audienced;
 use crate::clock::UnixTime;
 use crate::crypto::{self, Key};
@@ -232,6 +234,58 @@ pub async fn reopen_by_id(
     Ok(links::get(store, &stored_at)
         .await?
         .map(|link| OpenedBy { link, stored_at }))
+}
+
+/// `[connect]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConnect {
+    link_ttl_secs: u64,
+    max_sign_in_age_secs: u64,
+}
+
+impl Default for RawConnect {
+    fn default() -> Self {
+        let d = ConnectPolicy::default();
+        RawConnect {
+            link_ttl_secs: d.link_ttl_secs,
+            max_sign_in_age_secs: d.max_sign_in_age_secs,
+        }
+    }
+}
+
+/// Connect links (docs/DESIGN.md §6).
+#[derive(Debug, Clone)]
+pub struct ConnectPolicy {
+    /// How long a link stays open (housekeeping; the opener check is the protection).
+    pub link_ttl_secs: u64,
+    /// A sign-in older than this must be repeated before a link's action is offered.
+    pub max_sign_in_age_secs: u64,
+}
+
+impl Default for ConnectPolicy {
+    fn default() -> Self {
+        ConnectPolicy {
+            link_ttl_secs: 1800,
+            max_sign_in_age_secs: 900,
+        }
+    }
+}
+
+impl ConnectPolicy {
+    /// Validates `[connect]`, pushing one readable line per problem into `errs`.
+    pub fn from_raw(raw: &RawConnect, errs: &mut Vec<String>) -> ConnectPolicy {
+        if !(60..=86_400).contains(&raw.link_ttl_secs) {
+            errs.push("connect.link_ttl_secs: between 60 and 86400".to_owned());
+        }
+        if !(60..=86_400).contains(&raw.max_sign_in_age_secs) {
+            errs.push("connect.max_sign_in_age_secs: between 60 and 86400".to_owned());
+        }
+        ConnectPolicy {
+            link_ttl_secs: raw.link_ttl_secs,
+            max_sign_in_age_secs: raw.max_sign_in_age_secs,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! and it always appends `iss`, byte-identical to the metadata `issuer`, on success and error
 //! responses alike.
 
+use url::Url;
+
 use super::redirect::RedirectMatched;
 use crate::oauth::error::ErrorCode;
 
@@ -41,6 +43,65 @@ pub fn client_redirect(
     let uri = redirect.uri();
     let sep = if uri.contains('?') { '&' } else { '?' };
     format!("{uri}{sep}{params}")
+}
+
+/// The proxy's public URL (`[server] public_url`): the OAuth issuer; the MCP resource is this
+/// plus `/mcp`. Here, beside the `iss` it is appended as, so every subsystem that names the
+/// issuer reads the one spelling validated once; plain http only on a host the redirect
+/// binding calls loopback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl(String);
+
+impl PublicUrl {
+    /// Validates a public URL: https (or http on a loopback host), no query, fragment or
+    /// userinfo. A trailing slash is removed so the issuer has one spelling.
+    pub fn parse(s: &str) -> Result<PublicUrl, String> {
+        let url = Url::parse(s).map_err(|e| format!("server.public_url: {e}"))?;
+        let host = url.host_str().unwrap_or_default();
+        match url.scheme() {
+            "https" => {}
+            "http" if super::redirect::is_loopback_host(host) => {}
+            "http" => {
+                return Err(format!(
+                    "server.public_url: http:// is accepted only for loopback hosts, not {host:?}; use https:// (TLS in front of the proxy is fine)"
+                ));
+            }
+            other => return Err(format!("server.public_url: unsupported scheme {other:?}")),
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err("server.public_url: must not have a query or fragment".to_owned());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("server.public_url: must not contain user info".to_owned());
+        }
+        if url.path() != "/" {
+            return Err("server.public_url: must be an origin without a path (the proxy serves /authorize, /mcp, … at its root)".to_owned());
+        }
+        let s = url.as_str().trim_end_matches('/').to_owned();
+        Ok(PublicUrl(s))
+    }
+    /// The issuer identifier, byte-identical everywhere it appears.
+    pub fn issuer(&self) -> &str {
+        &self.0
+    }
+    /// The canonical MCP resource URI.
+    pub fn mcp_resource(&self) -> String {
+        format!("{}/mcp", self.0)
+    }
+    /// `public_url + path` (path starts with `/`).
+    pub fn join(&self, path: &str) -> String {
+        format!("{}{}", self.0, path)
+    }
+    /// Scheme, host and port, for `Origin` checks.
+    pub fn origin(&self) -> String {
+        Url::parse(&self.0)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_default()
+    }
+    /// Whether the public URL is plain http (loopback development only).
+    pub fn is_http(&self) -> bool {
+        self.0.starts_with("http://")
+    }
 }
 
 #[cfg(test)]

@@ -17,10 +17,14 @@
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists. Each witness has private
 //! fields, no `Clone`, and a `compile_fail` doc-test on its type.
+//!
+//! [`backend`] is no binding: it holds the `[backend]` settings that `upstream_auth`, the
+//! token-exchange flow and the gateway read.
 
 pub mod admission;
 pub mod approvals;
 pub mod audience;
+pub mod backend;
 pub mod browser_state;
 pub mod connect_link;
 pub mod consent_cookie;

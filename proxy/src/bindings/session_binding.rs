@@ -19,7 +19,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::audience::Audienced;
 use crate::clock::UnixTime;
-use crate::gateway::jsonrpc::Version;
+use crate::crypto;
 use crate::ids::{ClientId, UserId};
 use crate::store::records::AccessTokenRecord;
 use crate::store::{Store, StoreError, mcp_sessions};
@@ -28,6 +28,25 @@ use crate::store::{Store, StoreError, mcp_sessions};
 pub const SESSION_ID: &str = "mcp-session-id";
 /// The protocol version header.
 pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+
+/// The protocol version a request speaks (`MCP-Protocol-Version`; absent means 2025-03-26).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// 2025-03-26, 2025-06-18, 2025-11-25 (and anything older): sessions, GET streams.
+    Sessions,
+    /// 2026-07-28: stateless, per-request capabilities, multi round-trip requests.
+    Stateless,
+}
+
+impl Version {
+    /// From the header value.
+    pub fn from_header(v: Option<&str>) -> Version {
+        match v {
+            Some("2026-07-28") => Version::Stateless,
+            _ => Version::Sessions,
+        }
+    }
+}
 
 /// Why a request's MCP transport headers were refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

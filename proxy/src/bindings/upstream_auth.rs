@@ -6,8 +6,8 @@
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use super::audience::Audienced;
+use super::session_binding::Version;
 use super::session_binding::{self, SessionChecked};
-use crate::gateway::jsonrpc::Version;
 use crate::ids::GitHubToken;
 use crate::store::records::AccessTokenRecord;
 

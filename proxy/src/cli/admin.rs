@@ -201,7 +201,9 @@ fn admin_url(raw: &str) -> Result<Url, &'static str> {
         Ok(u) if u.scheme() == "https" => Ok(u),
         Ok(u)
             if u.scheme() == "http"
-                && crate::config::is_loopback_host(u.host_str().unwrap_or_default()) =>
+                && crate::bindings::redirect::is_loopback_host(
+                    u.host_str().unwrap_or_default(),
+                ) =>
         {
             Ok(u)
         }

@@ -11,6 +11,12 @@
 
 pub mod cimd;
 pub mod fetch;
+pub mod registration;
+mod settings;
+pub use settings::{
+    CimdPolicy, PreregisteredClient, RawCimd, RawClient, RawRegistration, RegistrationMode,
+    RegistrationPolicy, validate_cimd, validate_clients, validate_registration,
+};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -19,7 +25,6 @@ use std::time::Duration;
 
 use crate::bindings::redirect;
 use crate::clock::{SharedClock, UnixTime};
-use crate::config::{CimdPolicy, Config, PreregisteredClient};
 use crate::crypto;
 use crate::ids::ClientId;
 use crate::oauth::registration::ApplicationType;
@@ -187,23 +192,24 @@ pub struct Directory {
 }
 
 impl Directory {
-    /// Builds the directory from configuration; documents are resolved through `resolver`.
+    /// Builds the directory from `[[clients]]`, `[cimd]` and `[registration]`
+    /// `unused_client_ttl_secs`; documents are resolved through `resolver`.
     pub fn new(
-        config: &Config,
+        preregistered: &[PreregisteredClient],
+        policy: CimdPolicy,
+        unused_ttl_secs: u64,
         store: SharedStore,
         clock: SharedClock,
         offered: ScopeSet,
         resolver: Arc<dyn Resolver>,
     ) -> Directory {
-        let policy = config.cimd;
         if policy.enabled && policy.dangerously_allow_loopback_for_development {
             tracing::warn!(
                 "cimd.dangerously_allow_loopback_for_development is on: client metadata documents may be fetched from loopback over plain http. Never use this in production."
             );
         }
         Directory {
-            preregistered: config
-                .clients
+            preregistered: preregistered
                 .iter()
                 .map(|c| (c.client_id.as_str().to_owned(), c.clone()))
                 .collect(),
@@ -222,7 +228,7 @@ impl Directory {
             store,
             clock,
             offered,
-            unused_ttl_secs: config.registration.unused_client_ttl_secs,
+            unused_ttl_secs,
         }
     }
 

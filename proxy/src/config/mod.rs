@@ -2,49 +2,30 @@
 //! variable, and validated as a whole so every error is reported before any port is bound.
 //! The environment is read through [`Env`], so tests inject it instead of mutating the process.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
-use url::Url;
 
-pub mod admin;
+use crate::bindings::admission::AccessPolicy;
+pub use crate::bindings::backend::{BackendAuth, BackendConfig};
+pub use crate::bindings::connect_link::ConnectPolicy;
+pub use crate::bindings::issuer::PublicUrl;
+pub use crate::clients::{CimdPolicy, PreregisteredClient, RegistrationMode, RegistrationPolicy};
+pub use crate::github::GitHubConfig;
+pub use crate::http::client_ip::{ForwardedHeader, TrustedProxies};
+pub use crate::limits::{RateLimit, RateLimits};
+pub use crate::oauth::policy::TokenPolicy;
+pub use crate::secrets::{Env, KEY_NAMES, Keys, ProcessEnv, RawKeys};
+pub use crate::session::SessionPolicy;
+pub use crate::store::StoreConfig;
 
-use crate::crypto::{self, Key};
-use crate::ids::ClientSecret;
-
+mod app;
 mod audit;
-pub use audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
+mod server;
+pub use crate::audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
 mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
-mod clients;
-pub use clients::{CimdPolicy, PreregisteredClient};
-mod registration;
-pub use registration::{
-    ForwardedHeader, RateLimit, RateLimits, RegistrationMode, RegistrationPolicy, TrustedProxies,
-};
-
-/// Where environment variables come from (the process, or a map in tests).
-pub trait Env {
-    /// The variable's value, if set.
-    fn var(&self, name: &str) -> Option<String>;
-}
-
-/// The real process environment.
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok()
-    }
-}
-
-impl Env for std::collections::HashMap<String, String> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.get(name).cloned()
-    }
-}
 
 /// Everything wrong with a configuration, each line one problem.
 #[derive(Debug, thiserror::Error)]
@@ -57,206 +38,38 @@ pub struct ConfigError(pub Vec<String>);
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    server: Option<RawServer>,
-    github: Option<RawGitHub>,
+    server: Option<server::RawServer>,
+    github: Option<crate::github::RawGitHub>,
     #[serde(default)]
-    store: RawStore,
+    store: crate::store::RawStore,
     keys: Option<RawKeys>,
     #[serde(default)]
-    tokens: RawTokens,
+    tokens: crate::oauth::policy::RawTokens,
     #[serde(default)]
-    session: RawSession,
-    backend: Option<RawBackend>,
+    session: crate::session::RawSession,
+    backend: Option<crate::bindings::backend::RawBackend>,
     #[serde(default)]
-    connect: RawConnect,
+    connect: crate::bindings::connect_link::RawConnect,
     #[serde(default)]
-    log: audit::RawLog,
+    log: crate::audit::RawLog,
     #[serde(default)]
-    alerts: audit::RawAlerts,
-    webhook: Option<audit::RawWebhook>,
+    alerts: crate::audit::RawAlerts,
+    webhook: Option<crate::audit::RawWebhook>,
     #[serde(default)]
-    clients: Vec<clients::RawClient>,
+    clients: Vec<crate::clients::RawClient>,
     #[serde(default)]
-    cimd: clients::RawCimd,
+    cimd: crate::clients::RawCimd,
     #[serde(default)]
-    registration: registration::RawRegistration,
+    registration: crate::clients::RawRegistration,
     #[serde(default)]
-    rate_limits: registration::RawRateLimits,
+    rate_limits: crate::limits::RawRateLimits,
     #[serde(default)]
-    admin: admin::RawAdmin,
+    admin: crate::admin::RawAdmin,
     /// Owned and validated by the admission binding.
     #[serde(default)]
     access: crate::bindings::admission::RawAccess,
     /// Owned by `telemetry`, which checks its keys.
     telemetry: Option<toml::Table>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawConnect {
-    link_ttl_secs: u64,
-    max_sign_in_age_secs: u64,
-}
-
-impl Default for RawConnect {
-    fn default() -> Self {
-        let d = ConnectPolicy::default();
-        RawConnect {
-            link_ttl_secs: d.link_ttl_secs,
-            max_sign_in_age_secs: d.max_sign_in_age_secs,
-        }
-    }
-}
-
-// No Debug: may hold the exchange client's secret inline.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawBackend {
-    url: String,
-    #[serde(default = "default_backend_auth")]
-    auth: String,
-    #[serde(default)]
-    required_scopes: Vec<String>,
-    #[serde(default = "default_connect_timeout")]
-    connect_timeout_secs: u64,
-    exchange_client_id: Option<String>,
-    exchange_client_secret: Option<String>,
-    exchange_client_secret_file: Option<PathBuf>,
-    exchange_client_secret_env: Option<String>,
-    #[serde(default = "default_backend_token_ttl")]
-    backend_token_ttl_secs: u64,
-}
-
-fn default_backend_token_ttl() -> u64 {
-    300
-}
-
-fn default_backend_auth() -> String {
-    "github_token".to_owned()
-}
-fn default_connect_timeout() -> u64 {
-    10
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    public_url: String,
-    #[serde(default = "default_listen")]
-    listen: String,
-    resource_name: Option<String>,
-    #[serde(default)]
-    allowed_origins: Vec<String>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    #[serde(default = "tls::default_shutdown_grace")]
-    shutdown_grace_secs: u64,
-    #[serde(default)]
-    trusted_proxies: Vec<String>,
-    forwarded_header: Option<String>,
-    // What a connection may cost: validated by `http::edge` (defaults and reasons there).
-    header_read_timeout_secs: Option<u64>,
-    body_read_timeout_secs: Option<u64>,
-    idle_timeout_secs: Option<u64>,
-    max_connections: Option<u64>,
-    max_connections_per_source: Option<u64>,
-    max_header_bytes: Option<u64>,
-    http2_max_concurrent_streams: Option<u64>,
-    http2_max_pending_reset_streams: Option<u64>,
-    http2_max_local_error_resets: Option<u64>,
-}
-
-fn default_listen() -> String {
-    "127.0.0.1:8080".to_owned()
-}
-
-// No Debug: holds inline secrets.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawGitHub {
-    client_id: String,
-    client_secret: Option<String>,
-    client_secret_file: Option<PathBuf>,
-    client_secret_env: Option<String>,
-    #[serde(default = "default_scopes")]
-    scopes: Vec<String>,
-    #[serde(default = "default_authorize_url")]
-    authorize_url: String,
-    #[serde(default = "default_token_url")]
-    token_url: String,
-    #[serde(default = "default_api_url")]
-    api_url: String,
-    #[serde(default = "default_timeout")]
-    timeout_secs: u64,
-}
-
-fn default_scopes() -> Vec<String> {
-    vec!["read:user".to_owned()]
-}
-fn default_authorize_url() -> String {
-    "https://github.com/login/oauth/authorize".to_owned()
-}
-fn default_token_url() -> String {
-    "https://github.com/login/oauth/access_token".to_owned()
-}
-fn default_api_url() -> String {
-    "https://api.github.com".to_owned()
-}
-fn default_timeout() -> u64 {
-    10
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawStore {
-    path: Option<PathBuf>,
-    cache_mb: Option<u64>,
-    url: Option<String>,
-    url_env: Option<String>,
-    schema: Option<String>,
-}
-
-// No Debug: holds inline secrets. Names are checked against `KEY_NAMES`.
-type RawKeys = std::collections::BTreeMap<String, String>;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawTokens {
-    access_token_ttl_secs: u64,
-    refresh_token_idle_ttl_secs: u64,
-    refresh_token_max_lifetime_secs: u64,
-    refresh_grace_secs: u64,
-    code_ttl_secs: u64,
-}
-
-impl Default for RawTokens {
-    fn default() -> Self {
-        let d = TokenPolicy::default();
-        RawTokens {
-            access_token_ttl_secs: d.access_token_ttl_secs,
-            refresh_token_idle_ttl_secs: d.refresh_idle_ttl_secs,
-            refresh_token_max_lifetime_secs: d.refresh_max_lifetime_secs,
-            refresh_grace_secs: d.refresh_grace_secs,
-            code_ttl_secs: d.code_ttl_secs,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawSession {
-    max_age_secs: u64,
-    consent_skip_max_age_secs: u64,
-}
-
-impl Default for RawSession {
-    fn default() -> Self {
-        let d = SessionPolicy::default();
-        RawSession {
-            max_age_secs: d.max_age_secs,
-            consent_skip_max_age_secs: d.consent_skip_max_age_secs,
-        }
-    }
 }
 
 // ---- validated shape ------------------------------------------------------------------------
@@ -309,789 +122,51 @@ pub struct Config {
     /// What one connection may cost: timeouts, connection caps, HTTP/2 limits.
     pub edge: crate::http::edge::EdgeLimits,
     /// The admin listener (metrics, health, admin API).
-    pub admin: admin::AdminConfig,
+    pub admin: crate::admin::AdminConfig,
     /// `[access]`: who may sign in (GitHub orgs, teams, people), and how often it is re-checked.
     pub access: crate::bindings::admission::AccessPolicy,
     /// `[telemetry]`: where traces are exported; `None`: off.
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
 }
 
-/// Connect links (docs/DESIGN.md §6).
-#[derive(Debug, Clone)]
-pub struct ConnectPolicy {
-    /// How long a link stays open (housekeeping; the opener check is the protection).
-    pub link_ttl_secs: u64,
-    /// A sign-in older than this must be repeated before a link's action is offered.
-    pub max_sign_in_age_secs: u64,
-}
-
-impl Default for ConnectPolicy {
-    fn default() -> Self {
-        ConnectPolicy {
-            link_ttl_secs: 1800,
-            max_sign_in_age_secs: 900,
-        }
-    }
-}
-
-/// What the backend receives as its credential.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackendAuth {
-    /// The person's GitHub token as a Bearer token.
-    GitHubToken,
-    /// A short-lived proxy token for the backend, which it exchanges (RFC 8693) for the
-    /// person's GitHub token, authenticating as this confidential client.
-    Exchange {
-        /// The backend's client id at our token endpoint.
-        client_id: String,
-        /// Its secret.
-        client_secret: std::sync::Arc<ClientSecret>,
-        /// Lifetime of each backend token.
-        token_ttl_secs: u64,
-    },
-}
-
-/// The backend MCP server (Streamable HTTP).
-#[derive(Debug, Clone)]
-pub struct BackendConfig {
-    /// Its MCP endpoint.
-    pub url: Url,
-    /// What it receives.
-    pub auth: BackendAuth,
-    /// Scopes every token must carry to use `/mcp`.
-    pub required_scopes: Vec<String>,
-    /// Connection timeout (streams themselves have none).
-    pub connect_timeout_secs: u64,
-}
-
-/// The proxy's public URL: the OAuth issuer; the MCP resource is this plus `/mcp`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicUrl(String);
-
-impl PublicUrl {
-    /// Validates a public URL: https (or http on a loopback host), no query, fragment or
-    /// userinfo. A trailing slash is removed so the issuer has one spelling.
-    pub fn parse(s: &str) -> Result<PublicUrl, String> {
-        let url = Url::parse(s).map_err(|e| format!("server.public_url: {e}"))?;
-        let host = url.host_str().unwrap_or_default();
-        match url.scheme() {
-            "https" => {}
-            "http" if is_loopback_host(host) => {}
-            "http" => {
-                return Err(format!(
-                    "server.public_url: http:// is accepted only for loopback hosts, not {host:?}; use https:// (TLS in front of the proxy is fine)"
-                ));
-            }
-            other => return Err(format!("server.public_url: unsupported scheme {other:?}")),
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err("server.public_url: must not have a query or fragment".to_owned());
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err("server.public_url: must not contain user info".to_owned());
-        }
-        if url.path() != "/" {
-            return Err("server.public_url: must be an origin without a path (the proxy serves /authorize, /mcp, … at its root)".to_owned());
-        }
-        let s = url.as_str().trim_end_matches('/').to_owned();
-        Ok(PublicUrl(s))
-    }
-    /// The issuer identifier, byte-identical everywhere it appears.
-    pub fn issuer(&self) -> &str {
-        &self.0
-    }
-    /// The canonical MCP resource URI.
-    pub fn mcp_resource(&self) -> String {
-        format!("{}/mcp", self.0)
-    }
-    /// `public_url + path` (path starts with `/`).
-    pub fn join(&self, path: &str) -> String {
-        format!("{}{}", self.0, path)
-    }
-    /// Scheme, host and port, for `Origin` checks.
-    pub fn origin(&self) -> String {
-        Url::parse(&self.0)
-            .map(|u| u.origin().ascii_serialization())
-            .unwrap_or_default()
-    }
-    /// Whether the public URL is plain http (loopback development only).
-    pub fn is_http(&self) -> bool {
-        self.0.starts_with("http://")
-    }
-}
-
-/// `127.0.0.1`, `[::1]` or `localhost`: the one definition, in `bindings::redirect`. Callers
-/// here pass a parsed URL's `host_str()`, which the URL parser has already normalised
-/// (`127.1` and `LOCALHOST` arrive as `127.0.0.1` and `localhost`); other loopback addresses
-/// such as `127.0.0.2` are not accepted for plain http.
-pub use crate::bindings::redirect::is_loopback_host;
-
-/// The proxy's one OAuth client at GitHub.
-#[derive(Debug, Clone)]
-pub struct GitHubConfig {
-    /// Client id.
-    pub client_id: String,
-    /// Client secret.
-    pub client_secret: std::sync::Arc<ClientSecret>,
-    /// Scopes requested from GitHub; also the scopes MCP clients may ask for.
-    pub scopes: Vec<String>,
-    /// Authorize endpoint.
-    pub authorize_url: Url,
-    /// Token endpoint.
-    pub token_url: Url,
-    /// REST API base.
-    pub api_url: Url,
-    /// Timeout for each call to GitHub.
-    pub timeout_secs: u64,
-}
-
-impl GitHubConfig {
-    /// The GitHub host shown to people ("github.com").
-    pub fn display_host(&self) -> String {
-        self.authorize_url.host_str().unwrap_or("GitHub").to_owned()
-    }
-}
-
-/// Default size of sled's page cache, MiB (defined by the store, which opens sled with it).
+/// Default size of sled's page cache, MiB (the store's; re-exported for the bench).
 pub use crate::store::DEFAULT_SLED_CACHE_MB;
-/// Accepted `store.cache_mb`.
-const SLED_CACHE_MB_RANGE: std::ops::RangeInclusive<u64> = 4..=65_536;
-
-/// Which store, and where.
-#[derive(Clone)]
-pub enum StoreConfig {
-    /// The embedded default: a sled directory (one process).
-    Sled {
-        /// Directory.
-        path: PathBuf,
-        /// Bytes of sled's page cache: bounds the store's share of resident memory however
-        /// many records are live (colder pages are read back from the file system).
-        cache_bytes: u64,
-    },
-    /// PostgreSQL, shared by several replicas.
-    Postgres {
-        /// Connection URL (may carry a password: never printed).
-        url: String,
-        /// Schema to use (created if missing); `None`: the server's default search path.
-        schema: Option<String>,
-    },
-}
-
-impl std::fmt::Debug for StoreConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreConfig::Sled { path, cache_bytes } => f
-                .debug_struct("Sled")
-                .field("path", path)
-                .field("cache_bytes", cache_bytes)
-                .finish(),
-            StoreConfig::Postgres { schema, .. } => f
-                .debug_struct("Postgres")
-                .field("url", &"[redacted]")
-                .field("schema", schema)
-                .finish(),
-        }
-    }
-}
-
-/// The keys' names, one per purpose.
-pub const KEY_NAMES: [&str; 5] = [
-    "consent_cookie",
-    "csrf",
-    "token_encryption",
-    "connect_link",
-    "request_state",
-];
-
-/// Keys, each used for exactly one purpose.
-#[derive(Clone, Debug)]
-pub struct Keys {
-    /// MAC of the browser-bound flow ("consent") cookie.
-    pub consent_cookie: Key,
-    /// MAC of CSRF tokens in forms.
-    pub csrf: Key,
-    /// AEAD for stored GitHub tokens.
-    pub token_encryption: Key,
-    /// Derives connect-link codes from link ids (so the same link can be handed out again
-    /// without storing its code).
-    pub connect_link: Key,
-    /// MAC of the `requestState` the gateway mints for 2026-07-28 clients.
-    pub request_state: Key,
-}
-
-impl Keys {
-    /// Fresh random keys.
-    pub fn generate() -> Result<Keys, crypto::CryptoError> {
-        Ok(Keys {
-            consent_cookie: Key::generate()?,
-            csrf: Key::generate()?,
-            token_encryption: Key::generate()?,
-            connect_link: Key::generate()?,
-            request_state: Key::generate()?,
-        })
-    }
-
-    fn all(&self) -> [(&'static str, &Key); 5] {
-        [
-            ("consent_cookie", &self.consent_cookie),
-            ("csrf", &self.csrf),
-            ("token_encryption", &self.token_encryption),
-            ("connect_link", &self.connect_link),
-            ("request_state", &self.request_state),
-        ]
-    }
-
-    fn all_distinct(&self) -> bool {
-        let set: BTreeSet<&[u8; 32]> = self.all().iter().map(|(_, k)| k.secret()).collect();
-        set.len() == KEY_NAMES.len()
-    }
-
-    /// Loads keys generated earlier in the store directory, or generates and saves them
-    /// (owner-only permissions) so a single node needs no key management.
-    pub fn load_or_generate(dir: &Path) -> Result<Keys, String> {
-        use std::io::Write;
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let path = dir.join("keys.toml");
-        if path.exists() {
-            let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            if meta.permissions().mode() & 0o077 != 0 {
-                return Err(format!(
-                    "{}: key file must be readable by its owner only (chmod 600)",
-                    path.display()
-                ));
-            }
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let raw: RawKeys =
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut errs = Vec::new();
-            let keys = resolve_keys(&raw, &std::collections::HashMap::new(), &mut errs);
-            return match keys {
-                Some(k) if errs.is_empty() => Ok(k),
-                _ => Err(format!("{}: {}", path.display(), errs.join("; "))),
-            };
-        }
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let keys = Keys::generate().map_err(|e| e.to_string())?;
-        let mut text = "# Generated by mcp-oauth-proxy. Keep secret; several replicas must share keys from [keys] in the config instead.\n".to_owned();
-        for (name, key) in keys.all() {
-            text.push_str(&format!("{name} = \"{}\"\n", crypto::b64(key.secret())));
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        f.write_all(text.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(keys)
-    }
-}
-
-/// Client-facing token lifetimes, independent of GitHub's.
-#[derive(Debug, Clone)]
-pub struct TokenPolicy {
-    /// Access token lifetime.
-    pub access_token_ttl_secs: u64,
-    /// A refresh token family dies after this long without use.
-    pub refresh_idle_ttl_secs: u64,
-    /// ... and after this long regardless.
-    pub refresh_max_lifetime_secs: u64,
-    /// How long the immediately previous refresh token is still honoured after a rotation.
-    pub refresh_grace_secs: u64,
-    /// Authorization code lifetime.
-    pub code_ttl_secs: u64,
-}
-
-impl Default for TokenPolicy {
-    fn default() -> Self {
-        TokenPolicy {
-            access_token_ttl_secs: 3600,
-            refresh_idle_ttl_secs: 30 * 86_400,
-            refresh_max_lifetime_secs: 90 * 86_400,
-            refresh_grace_secs: 30,
-            code_ttl_secs: 60,
-        }
-    }
-}
-
-/// Browser session policy.
-#[derive(Debug, Clone)]
-pub struct SessionPolicy {
-    /// A proxy sign-in lasts this long.
-    pub max_age_secs: u64,
-    /// The consent page may be skipped only if the sign-in is at most this old.
-    pub consent_skip_max_age_secs: u64,
-}
-
-impl Default for SessionPolicy {
-    fn default() -> Self {
-        SessionPolicy {
-            max_age_secs: 12 * 3600,
-            consent_skip_max_age_secs: 3600,
-        }
-    }
-}
-
-pub(crate) fn resolve_secret(
-    name: &str,
-    inline: Option<&String>,
-    file: Option<&PathBuf>,
-    env_name: Option<&String>,
-    env: &dyn Env,
-    errs: &mut Vec<String>,
-) -> Option<String> {
-    let given = [inline.is_some(), file.is_some(), env_name.is_some()]
-        .iter()
-        .filter(|b| **b)
-        .count();
-    if given > 1 {
-        errs.push(format!(
-            "{name}: give only one of {name}, {name}_file, {name}_env"
-        ));
-        return None;
-    }
-    if let Some(v) = inline {
-        return Some(v.clone());
-    }
-    if let Some(p) = file {
-        return match std::fs::read_to_string(p) {
-            Ok(s) => Some(s.trim_end_matches(['\n', '\r']).to_owned()),
-            Err(e) => {
-                errs.push(format!("{name}_file: {}: {e}", p.display()));
-                None
-            }
-        };
-    }
-    if let Some(var) = env_name {
-        return match env.var(var) {
-            Some(v) => Some(v),
-            None => {
-                errs.push(format!("{name}_env: environment variable {var} is not set"));
-                None
-            }
-        };
-    }
-    None
-}
-
-fn resolve_key(
-    name: &str,
-    inline: Option<&String>,
-    file: Option<&PathBuf>,
-    env_name: Option<&String>,
-    env: &dyn Env,
-    errs: &mut Vec<String>,
-) -> Option<Key> {
-    let text = resolve_secret(name, inline, file, env_name, env, errs)?;
-    match crypto::b64_decode(&text).and_then(|b| Key::from_slice(&b).ok()) {
-        Some(k) => Some(k),
-        None => {
-            errs.push(format!("keys.{name}: must be 32 bytes, base64-encoded"));
-            None
-        }
-    }
-}
-
-fn resolve_keys(raw: &RawKeys, env: &dyn Env, errs: &mut Vec<String>) -> Option<Keys> {
-    for name in raw.keys() {
-        let base = name
-            .strip_suffix("_file")
-            .or_else(|| name.strip_suffix("_env"))
-            .unwrap_or(name);
-        if !KEY_NAMES.contains(&base) {
-            errs.push(format!(
-                "keys.{name}: unknown key (known: {})",
-                KEY_NAMES.join(", ")
-            ));
-        }
-    }
-    let mut found = Vec::new();
-    for name in KEY_NAMES {
-        let file = raw.get(&format!("{name}_file")).map(PathBuf::from);
-        found.push(resolve_key(
-            name,
-            raw.get(name),
-            file.as_ref(),
-            raw.get(&format!("{name}_env")),
-            env,
-            errs,
-        ));
-    }
-    let mut it = found.into_iter();
-    let mut next = || it.next().flatten();
-    match (next(), next(), next(), next(), next()) {
-        (
-            Some(consent_cookie),
-            Some(csrf),
-            Some(token_encryption),
-            Some(connect_link),
-            Some(request_state),
-        ) => {
-            let keys = Keys {
-                consent_cookie,
-                csrf,
-                token_encryption,
-                connect_link,
-                request_state,
-            };
-            if keys.all_distinct() {
-                Some(keys)
-            } else {
-                errs.push("keys: each key must be different (one key, one purpose)".to_owned());
-                None
-            }
-        }
-        _ => {
-            errs.push(format!(
-                "keys: give all of {}, or omit [keys] to generate them in the store directory",
-                KEY_NAMES.join(", ")
-            ));
-            None
-        }
-    }
-}
-
-fn parse_url(name: &str, s: &str, errs: &mut Vec<String>) -> Option<Url> {
-    match Url::parse(s) {
-        Ok(u) if u.scheme() == "https" => Some(u),
-        Ok(u) if u.scheme() == "http" && is_loopback_host(u.host_str().unwrap_or_default()) => {
-            Some(u)
-        }
-        Ok(_) => {
-            errs.push(format!("{name}: must be https (http only on loopback)"));
-            None
-        }
-        Err(e) => {
-            errs.push(format!("{name}: {e}"));
-            None
-        }
-    }
-}
 
 impl Config {
-    /// Parses and validates a TOML document.
+    /// Parses and validates a TOML document. Each section is validated by the subsystem that
+    /// owns its settings; this only assembles them, one step per section, plus the rules that
+    /// span sections. Every problem is reported, in the order the steps run.
     pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string()]))?;
         let mut errs = Vec::new();
-
-        let server = raw.server.as_ref();
-        if server.is_none() {
-            errs.push("[server] is missing (public_url is required)".to_owned());
-        }
-        let public_url = server.and_then(|s| match PublicUrl::parse(&s.public_url) {
-            Ok(u) => Some(u),
-            Err(e) => {
-                errs.push(e);
-                None
-            }
-        });
-        let tls = server.and_then(|s| {
-            tls::validate_tls(
-                s.tls_cert.as_ref(),
-                s.tls_key.as_ref(),
-                public_url.as_ref(),
-                &mut errs,
-            )
-        });
-        let shutdown_grace_secs = server.map_or(DEFAULT_SHUTDOWN_GRACE_SECS, |s| {
-            tls::validate_grace(s.shutdown_grace_secs, &mut errs);
-            s.shutdown_grace_secs
-        });
-        let edge = crate::http::edge::EdgeLimits::from_raw(
-            &server.map_or_else(Default::default, |s| crate::http::edge::RawEdgeLimits {
-                header_read_timeout_secs: s.header_read_timeout_secs,
-                body_read_timeout_secs: s.body_read_timeout_secs,
-                idle_timeout_secs: s.idle_timeout_secs,
-                max_connections: s.max_connections,
-                max_connections_per_source: s.max_connections_per_source,
-                max_header_bytes: s.max_header_bytes,
-                http2_max_concurrent_streams: s.http2_max_concurrent_streams,
-                http2_max_pending_reset_streams: s.http2_max_pending_reset_streams,
-                http2_max_local_error_resets: s.http2_max_local_error_resets,
-            }),
-            &mut errs,
-        );
-        let listen = server.and_then(|s| match s.listen.parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(e) => {
-                errs.push(format!("server.listen: {e}"));
-                None
-            }
-        });
-
-        let github = match raw.github.as_ref() {
-            None => {
-                errs.push(
-                    "[github] is missing (client_id and client_secret are required)".to_owned(),
-                );
-                None
-            }
-            Some(g) => {
-                if g.client_id.trim().is_empty() {
-                    errs.push("github.client_id: must not be empty".to_owned());
-                }
-                let secret = resolve_secret(
-                    "client_secret",
-                    g.client_secret.as_ref(),
-                    g.client_secret_file.as_ref(),
-                    g.client_secret_env.as_ref(),
-                    env,
-                    &mut errs,
-                );
-                if secret.is_none()
-                    && g.client_secret.is_none()
-                    && g.client_secret_file.is_none()
-                    && g.client_secret_env.is_none()
-                {
-                    errs.push("github.client_secret: required (or client_secret_file / client_secret_env)".to_owned());
-                }
-                if g.scopes
-                    .iter()
-                    .any(|s| s.is_empty() || s.contains([' ', ',']))
-                {
-                    errs.push(
-                        "github.scopes: each scope is one word without spaces or commas".to_owned(),
-                    );
-                }
-                if g.timeout_secs == 0 || g.timeout_secs > 120 {
-                    errs.push("github.timeout_secs: must be between 1 and 120".to_owned());
-                }
-                let a = parse_url("github.authorize_url", &g.authorize_url, &mut errs);
-                let t = parse_url("github.token_url", &g.token_url, &mut errs);
-                let api = parse_url("github.api_url", &g.api_url, &mut errs);
-                match (secret, a, t, api) {
-                    (Some(secret), Some(authorize_url), Some(token_url), Some(api_url)) => {
-                        Some(GitHubConfig {
-                            client_id: g.client_id.clone(),
-                            client_secret: std::sync::Arc::new(ClientSecret::new(secret)),
-                            scopes: g.scopes.clone(),
-                            authorize_url,
-                            token_url,
-                            api_url,
-                            timeout_secs: g.timeout_secs,
-                        })
-                    }
-                    _ => None,
-                }
-            }
-        };
-
-        let pg_url = match (&raw.store.url, &raw.store.url_env) {
-            (Some(u), None) => Some(u.clone()),
-            (None, Some(var)) => match env.var(var) {
-                Some(u) => Some(u),
-                None => {
-                    errs.push(format!(
-                        "store.url_env: environment variable {var} is not set"
-                    ));
-                    None
-                }
-            },
-            (Some(_), Some(_)) => {
-                errs.push("store: give url or url_env, not both".to_owned());
-                None
-            }
-            (None, None) => None,
-        };
-        let store = match (&raw.store.path, pg_url) {
-            (Some(p), None) => {
-                let mb = raw.store.cache_mb.unwrap_or(DEFAULT_SLED_CACHE_MB);
-                if !(SLED_CACHE_MB_RANGE).contains(&mb) {
-                    errs.push(format!(
-                        "store.cache_mb: must be {}..={}",
-                        SLED_CACHE_MB_RANGE.start(),
-                        SLED_CACHE_MB_RANGE.end()
-                    ));
-                }
-                Some(StoreConfig::Sled {
-                    path: p.clone(),
-                    // Saturating: an out-of-range value was reported above and never used.
-                    cache_bytes: mb.saturating_mul(1024 * 1024),
-                })
-            }
-            (None, Some(url)) => {
-                if raw.store.cache_mb.is_some() {
-                    errs.push("store.cache_mb: only for the sled store (store.path)".to_owned());
-                }
-                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-                    errs.push("store.url: must start with postgres:// or postgresql://".to_owned());
-                }
-                if raw.keys.is_none() {
-                    errs.push(
-                        "[keys]: required with store.url (every replica must use the same keys)"
-                            .to_owned(),
-                    );
-                }
-                Some(StoreConfig::Postgres {
-                    url,
-                    schema: raw.store.schema.clone(),
-                })
-            }
-            (Some(_), Some(_)) => {
-                errs.push("store: give path (sled) or url (PostgreSQL), not both".to_owned());
-                None
-            }
-            (None, None) => {
-                errs.push(
-                    "store.path (sled directory) or store.url (PostgreSQL) is required".to_owned(),
-                );
-                None
-            }
-        };
-
-        let keys = raw
-            .keys
-            .as_ref()
-            .and_then(|k| resolve_keys(k, env, &mut errs));
-
-        let t = &raw.tokens;
-        let tokens = TokenPolicy {
-            access_token_ttl_secs: t.access_token_ttl_secs,
-            refresh_idle_ttl_secs: t.refresh_token_idle_ttl_secs,
-            refresh_max_lifetime_secs: t.refresh_token_max_lifetime_secs,
-            refresh_grace_secs: t.refresh_grace_secs,
-            code_ttl_secs: t.code_ttl_secs,
-        };
-        if tokens.access_token_ttl_secs < 60 || tokens.access_token_ttl_secs > 7 * 86_400 {
-            errs.push("tokens.access_token_ttl_secs: between 60 and 604800".to_owned());
-        }
-        if tokens.code_ttl_secs < 10 || tokens.code_ttl_secs > 600 {
-            errs.push("tokens.code_ttl_secs: between 10 and 600 (OAuth 2.1 recommends at most 10 minutes)".to_owned());
-        }
-        if tokens.refresh_grace_secs > 300 {
-            errs.push("tokens.refresh_grace_secs: at most 300".to_owned());
-        }
-        if tokens.refresh_idle_ttl_secs > tokens.refresh_max_lifetime_secs {
-            errs.push("tokens.refresh_token_idle_ttl_secs: must not exceed refresh_token_max_lifetime_secs".to_owned());
-        }
-        let s = &raw.session;
-        let session = SessionPolicy {
-            max_age_secs: s.max_age_secs,
-            consent_skip_max_age_secs: s.consent_skip_max_age_secs,
-        };
-        if session.max_age_secs < 300 {
-            errs.push("session.max_age_secs: at least 300".to_owned());
-        }
-        if session.consent_skip_max_age_secs > session.max_age_secs {
-            errs.push("session.consent_skip_max_age_secs: must not exceed max_age_secs".to_owned());
-        }
-
-        if !(60..=86_400).contains(&raw.connect.link_ttl_secs) {
-            errs.push("connect.link_ttl_secs: between 60 and 86400".to_owned());
-        }
-        if !(60..=86_400).contains(&raw.connect.max_sign_in_age_secs) {
-            errs.push("connect.max_sign_in_age_secs: between 60 and 86400".to_owned());
-        }
-        let mut allowed_origins = Vec::new();
-        for o in server
-            .map(|s| s.allowed_origins.as_slice())
-            .unwrap_or_default()
-        {
-            match Url::parse(o) {
-                Ok(u)
-                    if matches!(u.scheme(), "https" | "http")
-                        && u.path() == "/"
-                        && u.query().is_none() =>
-                {
-                    allowed_origins.push(u.origin().ascii_serialization());
-                }
-                _ => errs.push(format!(
-                    "server.allowed_origins: {o:?} is not an origin like https://app.example.com"
-                )),
-            }
-        }
-        let backend = raw.backend.as_ref().and_then(|b| {
-            let url = match Url::parse(&b.url) {
-                Ok(u) if matches!(u.scheme(), "https" | "http") => Some(u),
-                Ok(_) => {
-                    errs.push("backend.url: must be http:// or https://".to_owned());
-                    None
-                }
-                Err(e) => {
-                    errs.push(format!("backend.url: {e}"));
-                    None
-                }
-            };
-            let auth = match b.auth.as_str() {
-                "github_token" => Some(BackendAuth::GitHubToken),
-                "exchange" => {
-                    let secret = resolve_secret(
-                        "exchange_client_secret",
-                        b.exchange_client_secret.as_ref(),
-                        b.exchange_client_secret_file.as_ref(),
-                        b.exchange_client_secret_env.as_ref(),
-                        env,
-                        &mut errs,
-                    );
-                    let id = b.exchange_client_id.clone().filter(|i| !i.trim().is_empty());
-                    if id.is_none() {
-                        errs.push("backend.exchange_client_id: required with auth = \"exchange\"".to_owned());
-                    }
-                    if secret.as_ref().is_none_or(|s| s.len() < 16) {
-                        errs.push("backend.exchange_client_secret: required with auth = \"exchange\", at least 16 characters".to_owned());
-                    }
-                    if !(30..=3600).contains(&b.backend_token_ttl_secs) {
-                        errs.push("backend.backend_token_ttl_secs: between 30 and 3600".to_owned());
-                    }
-                    match (id, secret) {
-                        (Some(client_id), Some(s)) => Some(BackendAuth::Exchange {
-                            client_id,
-                            client_secret: std::sync::Arc::new(ClientSecret::new(s)),
-                            token_ttl_secs: b.backend_token_ttl_secs,
-                        }),
-                        _ => None,
-                    }
-                }
-                other => {
-                    errs.push(format!("backend.auth: {other:?} is not supported (use \"github_token\" or \"exchange\")"));
-                    None
-                }
-            };
-            if b.connect_timeout_secs == 0 || b.connect_timeout_secs > 120 {
-                errs.push("backend.connect_timeout_secs: between 1 and 120".to_owned());
-            }
-            Some(BackendConfig {
-                url: url?,
-                auth: auth?,
-                required_scopes: b.required_scopes.clone(),
-                connect_timeout_secs: b.connect_timeout_secs,
-            })
-        });
-        if let (Some(b), Some(g)) = (&backend, &raw.github)
-            && let Some(s) = b.required_scopes.iter().find(|s| !g.scopes.contains(s))
-        {
-            errs.push(format!(
-                "backend.required_scopes: {s:?} is not one of github.scopes"
-            ));
-        }
-
-        let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, &mut errs);
-        let clients = clients::validate_clients(&raw.clients, &mut errs);
-        let cimd = clients::validate_cimd(&raw.cimd, &mut errs);
-        let registration = registration::registration(&raw.registration, env, &mut errs);
-        let rate_limits = registration::rate_limits(&raw.rate_limits, &mut errs);
-        let trusted_proxies = registration::trusted_proxies(
-            server
-                .map(|s| s.trusted_proxies.as_slice())
-                .unwrap_or_default(),
-            server.and_then(|s| s.forwarded_header.as_deref()),
-            &mut errs,
-        );
-        let admin = admin::validate(&raw.admin, listen, env, &mut errs);
-        let access = crate::bindings::admission::AccessPolicy::from_raw(
+        let e = &mut errs;
+        let server = server::Server::from_raw(raw.server.as_ref(), e);
+        let github = github(raw.github.as_ref(), env, e);
+        let store = store(&raw, env, e);
+        let keys = raw.keys.as_ref().and_then(|k| Keys::from_raw(k, env, e));
+        let tokens = TokenPolicy::from_raw(&raw.tokens, e);
+        let session = SessionPolicy::from_raw(&raw.session, e);
+        let connect = ConnectPolicy::from_raw(&raw.connect, e);
+        let allowed_origins = server::allowed_origins(raw.server.as_ref(), e);
+        let backend = backend(&raw, env, e);
+        let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, e);
+        let clients = crate::clients::validate_clients(&raw.clients, e);
+        let cimd = crate::clients::validate_cimd(&raw.cimd, e);
+        let registration = crate::clients::validate_registration(&raw.registration, env, e);
+        let rate_limits = crate::limits::rate_limits(&raw.rate_limits, e);
+        let trusted_proxies = server::trusted_proxies(raw.server.as_ref(), e);
+        let admin = crate::admin::validate(&raw.admin, server.listen, env, e);
+        let access = AccessPolicy::from_raw(
             &raw.access,
             github
                 .as_ref()
                 .map(|g| g.scopes.as_slice())
                 .unwrap_or_default(),
-            &mut errs,
+            e,
         );
-        let telemetry = crate::telemetry::TelemetryConfig::from_section(raw.telemetry, &mut errs);
+        let telemetry = crate::telemetry::TelemetryConfig::from_section(raw.telemetry, e);
 
-        match (public_url, listen, github, store) {
+        match (server.public_url, server.listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
                     log: audit.log,
@@ -1102,19 +177,14 @@ impl Config {
                     registration,
                     rate_limits,
                     trusted_proxies,
-                    edge,
+                    edge: server.edge,
                     admin,
                     access,
                     telemetry,
-                    connect: ConnectPolicy {
-                        link_ttl_secs: raw.connect.link_ttl_secs,
-                        max_sign_in_age_secs: raw.connect.max_sign_in_age_secs,
-                    },
+                    connect,
                     allowed_origins,
                     backend,
-                    resource_name: server
-                        .and_then(|s| s.resource_name.clone())
-                        .unwrap_or_else(|| "GitHub tools via mcp-oauth-proxy".to_owned()),
+                    resource_name: server.resource_name,
                     public_url,
                     listen,
                     github,
@@ -1122,8 +192,8 @@ impl Config {
                     keys,
                     tokens,
                     session,
-                    tls,
-                    shutdown_grace_secs,
+                    tls: server.tls,
+                    shutdown_grace_secs: server.shutdown_grace_secs,
                 })
             }
             _ => Err(ConfigError(errs)),
@@ -1149,9 +219,53 @@ impl Config {
     }
 }
 
+/// `[github]`, which is required.
+fn github(
+    raw: Option<&crate::github::RawGitHub>,
+    env: &dyn Env,
+    errs: &mut Vec<String>,
+) -> Option<GitHubConfig> {
+    match raw {
+        None => {
+            errs.push("[github] is missing (client_id and client_secret are required)".to_owned());
+            None
+        }
+        Some(g) => GitHubConfig::from_raw(g, env, errs),
+    }
+}
+
+/// `[store]`, and across sections: replicas sharing a database must share keys.
+fn store(raw: &RawConfig, env: &dyn Env, errs: &mut Vec<String>) -> Option<StoreConfig> {
+    let store = StoreConfig::from_raw(&raw.store, env, errs);
+    if matches!(store, Some(StoreConfig::Postgres { .. })) && raw.keys.is_none() {
+        errs.push(
+            "[keys]: required with store.url (every replica must use the same keys)".to_owned(),
+        );
+    }
+    store
+}
+
+/// `[backend]`, and across sections: the scopes it requires must be ones GitHub is asked for
+/// (checked against `[github]` as written, even when that section has errors of its own).
+fn backend(raw: &RawConfig, env: &dyn Env, errs: &mut Vec<String>) -> Option<BackendConfig> {
+    let backend = raw
+        .backend
+        .as_ref()
+        .and_then(|b| BackendConfig::from_raw(b, env, errs));
+    if let (Some(b), Some(g)) = (&backend, &raw.github)
+        && let Some(s) = b.required_scopes.iter().find(|s| !g.scopes().contains(s))
+    {
+        errs.push(format!(
+            "backend.required_scopes: {s:?} is not one of github.scopes"
+        ));
+    }
+    backend
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto;
     use std::collections::HashMap;
 
     const MINIMAL: &str = r#"
@@ -1184,6 +298,43 @@ path = "/tmp/x"
         assert!(e.to_string().contains("loopback"), "{e}");
         let ok = MINIMAL.replace("https://mcp.example.com/", "http://127.0.0.1:8080");
         Config::from_toml(&ok, &HashMap::new()).unwrap();
+    }
+
+    /// Plain http is for loopback development only, and "loopback" is the redirect binding's
+    /// one definition (the consent page's): 127.0.0.2 is not, for any URL in the file.
+    #[test]
+    fn plain_http_urls_use_the_redirect_bindings_loopback_definition() {
+        for (host, loopback) in [
+            ("127.0.0.1", true),
+            ("[::1]", true),
+            ("localhost", true),
+            ("127.0.0.2", false),
+            ("[::2]", false),
+            ("localhost.example", false),
+        ] {
+            let url = format!("http://{host}:8080");
+            let parsed = url::Url::parse(&url).unwrap();
+            assert_eq!(
+                crate::bindings::redirect::is_loopback_host(parsed.host_str().unwrap()),
+                loopback,
+                "{host}"
+            );
+            let public = MINIMAL.replace("https://mcp.example.com/", &url);
+            let github = MINIMAL.replace(
+                "client_secret = \"s3cret\"",
+                &format!("client_secret = \"s3cret\"\napi_url = \"{url}\""),
+            );
+            let webhook = format!(
+                "{MINIMAL}[webhook]\nurl = \"{url}/hook\"\nsecret = \"0123456789abcdef0123\"\n"
+            );
+            for text in [&public, &github, &webhook] {
+                assert_eq!(
+                    Config::from_toml(text, &HashMap::new()).is_ok(),
+                    loopback,
+                    "{host}: {text}"
+                );
+            }
+        }
     }
 
     #[test]

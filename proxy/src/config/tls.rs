@@ -1,49 +1,27 @@
-//! `[server] tls_cert`, `tls_key` and `shutdown_grace_secs`. The certificate and key are loaded
-//! and checked here, at configuration time, so a bad pair is a config error (exit 64) and not a
-//! failure after start. Serving TLS requires an `https://` public URL (the issuer must name the
-//! scheme clients actually use).
+//! `[server] tls_cert`, `tls_key` and `shutdown_grace_secs`, assembled from `tls` (the files,
+//! loaded and checked at configuration time, so a bad pair is a config error (exit 64) and not
+//! a failure after start) and `shutdown` (the grace period). Serving TLS requires an
+//! `https://` public URL (the issuer must name the scheme clients actually use).
 
 use std::path::PathBuf;
 
 use super::PublicUrl;
-
-/// Default grace period for in-flight requests and streams on SIGTERM.
-pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 30;
-/// Longest grace period accepted.
-const MAX_SHUTDOWN_GRACE_SECS: u64 = 3600;
+pub use crate::shutdown::DEFAULT_SHUTDOWN_GRACE_SECS;
+pub use crate::tls::TlsFiles;
 
 pub(super) fn default_shutdown_grace() -> u64 {
     DEFAULT_SHUTDOWN_GRACE_SECS
 }
 
-/// The PEM files the proxy serves HTTPS with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// Certificate chain, leaf first.
-    pub cert: PathBuf,
-    /// Private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-}
-
-/// Validates `tls_cert` / `tls_key`: both or neither, both loadable as a matching pair, and an
-/// https public URL when set.
+/// Validates `tls_cert` / `tls_key` (`tls::TlsFiles`: both or neither, both loadable as a
+/// matching pair) and, across sections, that serving TLS goes with an https public URL.
 pub(super) fn validate_tls(
     cert: Option<&PathBuf>,
     key: Option<&PathBuf>,
     public_url: Option<&PublicUrl>,
     errs: &mut Vec<String>,
 ) -> Option<TlsFiles> {
-    let files = match (cert, key) {
-        (None, None) => return None,
-        (Some(cert), Some(key)) => TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-        },
-        _ => {
-            errs.push("server.tls_cert and server.tls_key: give both (HTTPS) or neither (plain HTTP behind a TLS-terminating proxy)".to_owned());
-            return None;
-        }
-    };
+    let files = TlsFiles::from_raw(cert, key, errs)?;
     if let Some(u) = public_url
         && u.is_http()
     {
@@ -52,22 +30,7 @@ pub(super) fn validate_tls(
             u.issuer()
         ));
     }
-    match crate::tls::load_certified_key(&files) {
-        Ok(_) => Some(files),
-        Err(e) => {
-            errs.push(format!("server.tls_cert / tls_key: {e}"));
-            None
-        }
-    }
-}
-
-/// Validates `shutdown_grace_secs`.
-pub(super) fn validate_grace(secs: u64, errs: &mut Vec<String>) {
-    if secs > MAX_SHUTDOWN_GRACE_SECS {
-        errs.push(format!(
-            "server.shutdown_grace_secs: at most {MAX_SHUTDOWN_GRACE_SECS}"
-        ));
-    }
+    files.loadable(errs)
 }
 
 #[cfg(test)]

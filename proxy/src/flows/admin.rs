@@ -113,7 +113,7 @@ pub struct Operator(());
 /// Checks `Authorization: Bearer <token>` against `[admin] token`. Both sides are hashed
 /// first so the constant-time comparison does not reveal the token's length either.
 pub fn authorize(app: &App, authorization: Option<&str>) -> Result<Operator, AdminError> {
-    let Some(expected) = app.config.admin.token.as_ref() else {
+    let Some(expected) = app.config.admin_token.as_ref() else {
         return Err(AdminError::Disabled);
     };
     let given = authorization

@@ -111,7 +111,7 @@ pub async fn forward(
         // The backend refused the credential the proxy gave it; the client's own token is
         // fine, so this must not look like a 401 from us. With the person's GitHub token, that
         // means GitHub stopped honouring it.
-        if backend.auth == crate::config::BackendAuth::GitHubToken
+        if backend.auth == crate::bindings::backend::BackendAuth::GitHubToken
             && status == StatusCode::UNAUTHORIZED
         {
             return Err(GatewayError::GitHubRejected);

@@ -6,24 +6,8 @@
 
 use serde_json::Value;
 
-/// The protocol version a request speaks (`MCP-Protocol-Version`; absent means 2025-03-26).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    /// 2025-03-26, 2025-06-18, 2025-11-25 (and anything older): sessions, GET streams.
-    Sessions,
-    /// 2026-07-28: stateless, per-request capabilities, multi round-trip requests.
-    Stateless,
-}
-
-impl Version {
-    /// From the header value.
-    pub fn from_header(v: Option<&str>) -> Version {
-        match v {
-            Some("2026-07-28") => Version::Stateless,
-            _ => Version::Sessions,
-        }
-    }
-}
+// Defined by the session binding, which reads the header; re-exported for the gateway.
+pub use crate::bindings::session_binding::Version;
 
 /// `_meta` key of per-request client capabilities in 2026-07-28.
 const CLIENT_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";

@@ -13,9 +13,9 @@ use oauth2::{
 };
 use serde::Deserialize;
 
+use super::GitHubConfig;
 use crate::bindings::admission::{Membership, Question};
 use crate::clock::UnixTime;
-use crate::config::GitHubConfig;
 use crate::ids::{GitHubLogin, GitHubRefreshToken, GitHubToken, PkceVerifier, UpstreamState};
 use crate::outbound;
 

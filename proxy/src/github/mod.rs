@@ -3,3 +3,5 @@
 
 pub mod client;
 pub mod grants;
+mod settings;
+pub use settings::{GitHubConfig, RawGitHub};

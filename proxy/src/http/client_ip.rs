@@ -12,9 +12,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use http::HeaderMap;
-
-use crate::app::App;
-use crate::config::{ForwardedHeader, TrustedProxies};
+use ipnet::IpNet;
 
 /// The client's IP as decided by [`resolve`], in request extensions for handlers and audit.
 /// Absent only when the router runs without connection info (in-process benchmarks). Only
@@ -109,7 +107,11 @@ pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> I
 }
 
 /// Middleware: puts the request's [`ClientIp`] into its extensions.
-pub async fn layer(State(app): State<App>, mut req: Request, next: Next) -> Response {
+pub async fn layer(
+    State(trusted): State<std::sync::Arc<TrustedProxies>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -117,10 +119,90 @@ pub async fn layer(State(app): State<App>, mut req: Request, next: Next) -> Resp
     let Some(peer) = peer else {
         return next.run(req).await;
     };
-    let ip = resolve(peer, req.headers(), &app.config.trusted_proxies);
+    let ip = resolve(peer, req.headers(), &trusted);
     req.extensions_mut().insert(ClientIp(ip));
     // Anonymous refusals are counted under it (`audit::aggregate`).
     crate::audit::source::scope(ip, next.run(req)).await
+}
+
+/// Which forwarded header a trusted proxy sets (`[server] forwarded_header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`.
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+    Forwarded,
+}
+
+/// Peers whose forwarded header is believed, and which header that is. Empty: the TCP peer is
+/// the client (the proxy terminates TLS itself or nothing sits in front of it).
+#[derive(Debug, Clone)]
+pub struct TrustedProxies {
+    /// Addresses or networks of the load balancers in front of the proxy.
+    pub nets: Vec<IpNet>,
+    /// The header they set; the other one is ignored even from them.
+    pub header: ForwardedHeader,
+}
+
+impl Default for TrustedProxies {
+    fn default() -> Self {
+        TrustedProxies {
+            nets: Vec::new(),
+            header: ForwardedHeader::XForwardedFor,
+        }
+    }
+}
+
+impl TrustedProxies {
+    /// Whether `ip` is one of the trusted proxies.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// Parses `[server] trusted_proxies` (IPs or CIDRs) and `forwarded_header`.
+pub fn trusted_proxies(
+    list: &[String],
+    header: Option<&str>,
+    errs: &mut Vec<String>,
+) -> TrustedProxies {
+    let mut nets = Vec::new();
+    for s in list {
+        let s = s.trim();
+        if let Ok(net) = s.parse::<IpNet>() {
+            // A network written with host bits set (10.0.0.1/8) is almost always a typo.
+            if net.trunc() != net {
+                errs.push(format!(
+                    "server.trusted_proxies: {s:?} has host bits set; did you mean {}?",
+                    net.trunc()
+                ));
+            } else if net.prefix_len() == 0 {
+                errs.push(format!(
+                    "server.trusted_proxies: {s:?} trusts every address, which lets any client choose its own IP"
+                ));
+            } else {
+                nets.push(net);
+            }
+        } else if let Ok(ip) = s.parse::<IpAddr>() {
+            nets.push(IpNet::from(ip.to_canonical()));
+        } else {
+            errs.push(format!(
+                "server.trusted_proxies: {s:?} is not an IP address or CIDR network like 10.0.0.0/8"
+            ));
+        }
+    }
+    let header = match header.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("x-forwarded-for") => ForwardedHeader::XForwardedFor,
+        Some("forwarded") => ForwardedHeader::Forwarded,
+        Some(other) => {
+            errs.push(format!(
+                "server.forwarded_header: {other:?} is not \"x-forwarded-for\" or \"forwarded\""
+            ));
+            ForwardedHeader::XForwardedFor
+        }
+    };
+    TrustedProxies { nets, header }
 }
 
 #[cfg(test)]
@@ -273,5 +355,35 @@ mod tests {
         let t = trusted(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
         let h = headers(&[("x-forwarded-for", "203.0.113.7:5555, [2001:db8::1]:443")]);
         assert_eq!(resolve(ip(LB), &h, &t), ip("2001:db8::1"));
+    }
+
+    #[test]
+    fn trusted_proxies_accept_ips_and_networks_and_refuse_trust_everyone() {
+        let mut errs = Vec::new();
+        let t = trusted_proxies(
+            &["10.0.0.0/8".into(), "127.0.0.1".into(), "fd00::/8".into()],
+            None,
+            &mut errs,
+        );
+        assert!(errs.is_empty(), "{errs:?}");
+        assert!(t.contains("10.1.2.3".parse().unwrap()));
+        assert!(t.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(t.contains("127.0.0.1".parse().unwrap()));
+        assert!(!t.contains("127.0.0.2".parse().unwrap()));
+        assert!(!t.contains("11.0.0.1".parse().unwrap()));
+        for bad in [
+            "0.0.0.0/0",
+            "::/0",
+            "10.0.0.1/8",
+            "lb.internal",
+            "10.0.0.0/33",
+        ] {
+            let mut errs = Vec::new();
+            trusted_proxies(&[bad.into()], None, &mut errs);
+            assert_eq!(errs.len(), 1, "{bad}: {errs:?}");
+        }
+        let mut errs = Vec::new();
+        trusted_proxies(&[], Some("X-Real-IP"), &mut errs);
+        assert_eq!(errs.len(), 1);
     }
 }

@@ -46,8 +46,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use super::client_ip::TrustedProxies;
 use super::edge::EdgeLimits;
-use crate::config::TrustedProxies;
 
 /// After a timeout's graceful shutdown, how long a connection that still has no request in
 /// flight may take to close before it is dropped.

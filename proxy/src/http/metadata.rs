@@ -12,12 +12,12 @@ use crate::app::App;
 pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
     let u = &app.config.public_url;
     let mut grants = vec!["authorization_code", "refresh_token"];
-    if app
-        .config
-        .backend
-        .as_ref()
-        .is_some_and(|b| matches!(b.auth, crate::config::BackendAuth::Exchange { .. }))
-    {
+    if app.config.backend.as_ref().is_some_and(|b| {
+        matches!(
+            b.auth,
+            crate::bindings::backend::BackendAuth::Exchange { .. }
+        )
+    }) {
         grants.push(crate::flows::exchange::GRANT_TYPE);
     }
     let mut body = json!({
@@ -39,7 +39,7 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
         // would otherwise try it and fail).
         if !matches!(
             app.config.registration.mode,
-            crate::config::RegistrationMode::Closed
+            crate::clients::RegistrationMode::Closed
         ) {
             obj.insert(
                 "registration_endpoint".into(),

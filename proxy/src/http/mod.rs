@@ -34,8 +34,19 @@ const MAX_BODY: usize = 64 * 1024;
 /// Largest MCP request body forwarded; read only once the caller is authenticated (mcp.rs).
 const MAX_MCP_BODY: usize = 4 * 1024 * 1024;
 
-/// The proxy's routes.
-pub fn router(app: App) -> Router {
+/// What the HTTP layer reads itself, handed over when the listener is built (not through
+/// `App`, which request handlers share): what a connection may cost, and which peers'
+/// forwarded headers name the client IP.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// `[server]` edge limits (timeouts, connection caps, HTTP/2 limits).
+    pub edge: edge::EdgeLimits,
+    /// `[server] trusted_proxies` and `forwarded_header`.
+    pub trusted_proxies: client_ip::TrustedProxies,
+}
+
+/// The proxy's routes; client IPs are decided with `trusted` (`client_ip`).
+pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
     // An endpoint's per-IP and global rate limits (`rate_limit::limit`).
     macro_rules! limited {
         ($endpoint:ident) => {
@@ -160,7 +171,7 @@ pub fn router(app: App) -> Router {
         .route_layer(axum::middleware::from_fn(trace::route))
         .fallback(browser::not_found)
         .layer(axum::middleware::from_fn_with_state(
-            app.clone(),
+            std::sync::Arc::new(trusted),
             client_ip::layer,
         ))
         .layer(axum::middleware::from_fn(headers::security_headers));
@@ -191,6 +202,7 @@ pub fn router(app: App) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: App,
+    settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
@@ -201,9 +213,12 @@ pub async fn serve(
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
     });
-    let limits = app.config.edge;
-    let trusted = app.config.trusted_proxies.clone();
-    conn::serve(listener, router(app), limits, trusted, shutdown).await
+    let Settings {
+        edge,
+        trusted_proxies,
+    } = settings;
+    let routes = router(app, trusted_proxies.clone());
+    conn::serve(listener, routes, edge, trusted_proxies, shutdown).await
 }
 
 /// [`serve`] over TLS: the listener completes handshakes (and sets TCP_NODELAY) before
@@ -211,9 +226,13 @@ pub async fn serve(
 pub async fn serve_tls(
     listener: crate::tls::TlsListener,
     app: App,
+    settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let limits = app.config.edge;
-    let trusted = app.config.trusted_proxies.clone();
-    conn::serve(listener, router(app), limits, trusted, shutdown).await
+    let Settings {
+        edge,
+        trusted_proxies,
+    } = settings;
+    let routes = router(app, trusted_proxies.clone());
+    conn::serve(listener, routes, edge, trusted_proxies, shutdown).await
 }

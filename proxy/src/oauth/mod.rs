@@ -4,6 +4,7 @@
 pub mod error;
 pub mod grant;
 pub mod pkce;
+pub mod policy;
 pub mod registration;
 pub mod request;
 pub mod scope;

@@ -50,6 +50,9 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod settings;
+pub use settings::{RawStore, StoreConfig};
+
 use crate::clock::UnixTime;
 pub use metered::{MeteredStore, OpObserver};
 pub use postgres::PgStore;

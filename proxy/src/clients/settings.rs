@@ -1,17 +1,24 @@
-//! `[[clients]]` (clients a platform team registers ahead of time) and `[cimd]` (Client ID
-//! Metadata Documents: URL client ids fetched on demand).
+//! `[[clients]]` (clients a platform team registers ahead of time), `[cimd]` (Client ID
+//! Metadata Documents: URL client ids fetched on demand) and `[registration]` (who may register
+//! clients dynamically, and registration housekeeping): the three ways a client comes to
+//! exist, each section with its validation.
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::bindings::redirect;
-use crate::ids::ClientId;
+use crate::crypto;
+use crate::ids::{ClientId, InitialAccessToken};
 use crate::oauth::grant::CLIENT_PREFIX;
 use crate::oauth::registration::TokenAuthMethod;
+use crate::secrets::{Env, resolve_secret};
 
 /// One `[[clients]]` entry as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawClient {
+pub struct RawClient {
     client_id: String,
     client_name: String,
     redirect_uris: Vec<String>,
@@ -29,7 +36,7 @@ fn yes() -> bool {
 /// `[cimd]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub(super) struct RawCimd {
+pub struct RawCimd {
     enabled: bool,
     fetch_timeout_secs: u64,
     cache_min_secs: u64,
@@ -96,11 +103,8 @@ pub struct CimdPolicy {
 
 const MAX_ID_CHARS: usize = 100;
 
-/// Validates `[[clients]]`.
-pub(super) fn validate_clients(
-    raw: &[RawClient],
-    errs: &mut Vec<String>,
-) -> Vec<PreregisteredClient> {
+/// Validates `[[clients]]`, pushing one readable line per problem into `errs`.
+pub fn validate_clients(raw: &[RawClient], errs: &mut Vec<String>) -> Vec<PreregisteredClient> {
     let mut out: Vec<PreregisteredClient> = Vec::new();
     for (i, c) in raw.iter().enumerate() {
         let at = format!("clients[{i}]");
@@ -189,8 +193,8 @@ pub(super) fn validate_clients(
     out
 }
 
-/// Validates `[cimd]`.
-pub(super) fn validate_cimd(raw: &RawCimd, errs: &mut Vec<String>) -> CimdPolicy {
+/// Validates `[cimd]`, pushing one readable line per problem into `errs`.
+pub fn validate_cimd(raw: &RawCimd, errs: &mut Vec<String>) -> CimdPolicy {
     if !(1..=30).contains(&raw.fetch_timeout_secs) {
         errs.push("cimd.fetch_timeout_secs: between 1 and 30".to_owned());
     }
@@ -218,6 +222,203 @@ pub(super) fn validate_cimd(raw: &RawCimd, errs: &mut Vec<String>) -> CimdPolicy
         fetches_per_minute_per_ip: raw.fetches_per_minute_per_ip,
         known_fetches_per_minute: raw.known_fetches_per_minute,
         dangerously_allow_loopback_for_development: raw.dangerously_allow_loopback_for_development,
+    }
+}
+
+// ---- [registration] ----------------------------------------------------------------------
+
+// No Debug: may hold the initial access token inline.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegistration {
+    #[serde(default = "default_policy")]
+    policy: String,
+    initial_access_token: Option<String>,
+    initial_access_token_file: Option<PathBuf>,
+    initial_access_token_env: Option<String>,
+    #[serde(default = "default_unused_ttl")]
+    unused_client_ttl_secs: u64,
+    #[serde(default = "default_max_identical")]
+    max_identical_per_ip: u32,
+    #[serde(default)]
+    trusted_redirect_hosts: Vec<String>,
+}
+
+impl Default for RawRegistration {
+    fn default() -> Self {
+        RawRegistration {
+            policy: default_policy(),
+            initial_access_token: None,
+            initial_access_token_file: None,
+            initial_access_token_env: None,
+            unused_client_ttl_secs: default_unused_ttl(),
+            max_identical_per_ip: default_max_identical(),
+            trusted_redirect_hosts: Vec::new(),
+        }
+    }
+}
+
+fn default_policy() -> String {
+    "open".to_owned()
+}
+fn default_unused_ttl() -> u64 {
+    86_400
+}
+fn default_max_identical() -> u32 {
+    5
+}
+
+/// Shortest accepted initial access token: long enough that guessing it is hopeless.
+const MIN_IAT_CHARS: usize = 32;
+
+/// Who may use dynamic client registration (`POST /register`).
+#[derive(Debug, Clone)]
+pub enum RegistrationMode {
+    /// Anyone (the MCP default: DCR is how most clients still find a client id).
+    Open,
+    /// Only callers presenting this token as `Authorization: Bearer` (RFC 7591 §3).
+    InitialAccessToken(Arc<InitialAccessToken>),
+    /// Nobody: only client ID metadata documents and pre-registered clients work.
+    Closed,
+}
+
+impl RegistrationMode {
+    /// Whether `presented` is the configured initial access token (constant time; hashes are
+    /// compared so the length of the secret does not leak either).
+    pub fn token_matches(&self, presented: &str) -> bool {
+        match self {
+            RegistrationMode::InitialAccessToken(t) => crypto::ct_eq(
+                &crypto::sha256(presented.as_bytes()),
+                &crypto::sha256(t.secret().as_bytes()),
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Registration policy and housekeeping.
+#[derive(Debug, Clone)]
+pub struct RegistrationPolicy {
+    /// Who may register.
+    pub mode: RegistrationMode,
+    /// A registration that never got an authorization code is removed after this long.
+    pub unused_client_ttl_secs: u64,
+    /// At most this many unused registrations with identical metadata from one client IP are
+    /// kept beyond the authorization window (see `flows::register`): another one removes the
+    /// oldest unused one past that window, or, if all are younger, is itself kept only for
+    /// the window.
+    pub max_identical_per_ip: u32,
+    /// Redirect hosts the operator vouches for (lower-case): the consent page never calls them
+    /// a new destination, and the fresh-client alert does not fire for them. The only way to
+    /// quiet that warning while `[access]` admits everyone.
+    pub trusted_redirect_hosts: Vec<String>,
+}
+
+impl Default for RegistrationPolicy {
+    fn default() -> Self {
+        RegistrationPolicy {
+            mode: RegistrationMode::Open,
+            unused_client_ttl_secs: default_unused_ttl(),
+            max_identical_per_ip: default_max_identical(),
+            trusted_redirect_hosts: Vec::new(),
+        }
+    }
+}
+
+/// Validates `[registration]`.
+pub fn validate_registration(
+    raw: &RawRegistration,
+    env: &dyn Env,
+    errs: &mut Vec<String>,
+) -> RegistrationPolicy {
+    let token = resolve_secret(
+        "initial_access_token",
+        raw.initial_access_token.as_ref(),
+        raw.initial_access_token_file.as_ref(),
+        raw.initial_access_token_env.as_ref(),
+        env,
+        errs,
+    );
+    let token_given = raw.initial_access_token.is_some()
+        || raw.initial_access_token_file.is_some()
+        || raw.initial_access_token_env.is_some();
+    let mode = match raw.policy.as_str() {
+        "open" | "closed" => {
+            if token_given {
+                errs.push(format!(
+                    "registration.initial_access_token: only used with policy = \"initial_access_token\" (policy is {:?})",
+                    raw.policy
+                ));
+            }
+            if raw.policy == "open" {
+                RegistrationMode::Open
+            } else {
+                RegistrationMode::Closed
+            }
+        }
+        "initial_access_token" => match token {
+            // The presented token is trimmed, so a configured one with surrounding spaces
+            // could never match.
+            Some(t) if t.trim() != t => {
+                errs.push(
+                    "registration.initial_access_token: no leading or trailing whitespace"
+                        .to_owned(),
+                );
+                RegistrationMode::Closed
+            }
+            Some(t) if t.chars().count() >= MIN_IAT_CHARS => {
+                RegistrationMode::InitialAccessToken(Arc::new(InitialAccessToken::new(t)))
+            }
+            Some(_) => {
+                errs.push(format!(
+                    "registration.initial_access_token: at least {MIN_IAT_CHARS} characters"
+                ));
+                RegistrationMode::Closed
+            }
+            None => {
+                if !token_given {
+                    errs.push("registration.initial_access_token: required with policy = \"initial_access_token\" (or initial_access_token_file / initial_access_token_env)".to_owned());
+                }
+                RegistrationMode::Closed
+            }
+        },
+        other => {
+            errs.push(format!(
+                "registration.policy: {other:?} is not \"open\", \"initial_access_token\" or \"closed\""
+            ));
+            RegistrationMode::Closed
+        }
+    };
+    if !(60..=90 * 86_400).contains(&raw.unused_client_ttl_secs) {
+        errs.push(
+            "registration.unused_client_ttl_secs: between 60 and 7776000 (90 days)".to_owned(),
+        );
+    }
+    if !(1..=100).contains(&raw.max_identical_per_ip) {
+        errs.push("registration.max_identical_per_ip: between 1 and 100".to_owned());
+    }
+    let mut trusted_redirect_hosts = Vec::new();
+    for h in &raw.trusted_redirect_hosts {
+        // A bare host name, as the consent page shows it: no scheme, port, path or wildcard.
+        let ok = !h.is_empty()
+            && h.len() <= 253
+            && h.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            && !h.starts_with(['.', '-'])
+            && !h.ends_with(['.', '-']);
+        if ok {
+            trusted_redirect_hosts.push(h.to_ascii_lowercase());
+        } else {
+            errs.push(format!(
+                "registration.trusted_redirect_hosts: {h:?} is not a host name (no scheme, port, path or wildcard)"
+            ));
+        }
+    }
+    RegistrationPolicy {
+        mode,
+        unused_client_ttl_secs: raw.unused_client_ttl_secs,
+        max_identical_per_ip: raw.max_identical_per_ip,
+        trusted_redirect_hosts,
     }
 }
 
@@ -305,5 +506,52 @@ remember_consent = false
         };
         validate_cimd(&raw, &mut errs);
         assert_eq!(errs.len(), 5, "{errs:?}");
+    }
+
+    fn reg(toml_text: &str) -> (RegistrationPolicy, Vec<String>) {
+        let raw: RawRegistration = toml::from_str(toml_text).unwrap();
+        let mut errs = Vec::new();
+        let p = validate_registration(&raw, &std::collections::HashMap::new(), &mut errs);
+        (p, errs)
+    }
+
+    #[test]
+    fn registration_defaults_to_open_with_a_day_to_finish() {
+        let (p, errs) = reg("");
+        assert!(errs.is_empty(), "{errs:?}");
+        assert!(matches!(p.mode, RegistrationMode::Open));
+        assert_eq!(p.unused_client_ttl_secs, 86_400);
+    }
+
+    #[test]
+    fn initial_access_token_must_be_long_and_compares_exactly() {
+        let (_, errs) = reg("policy = \"initial_access_token\"\ninitial_access_token = \"short\"");
+        assert!(errs.iter().any(|e| e.contains("at least 32")), "{errs:?}");
+        let (_, errs) = reg("policy = \"initial_access_token\"");
+        assert!(errs.iter().any(|e| e.contains("required")), "{errs:?}");
+        let t = "a".repeat(40);
+        let (p, errs) = reg(&format!(
+            "policy = \"initial_access_token\"\ninitial_access_token = \"{t}\""
+        ));
+        assert!(errs.is_empty(), "{errs:?}");
+        assert!(p.mode.token_matches(&t));
+        assert!(!p.mode.token_matches(&"a".repeat(39)));
+        assert!(!p.mode.token_matches(""));
+        assert!(!format!("{p:?}").contains(&t), "the token is never printed");
+        let (_, errs) = reg(&format!(
+            "policy = \"initial_access_token\"\ninitial_access_token = \" {t}\""
+        ));
+        assert!(errs.iter().any(|e| e.contains("whitespace")), "{errs:?}");
+    }
+
+    #[test]
+    fn token_given_with_open_policy_is_a_mistake() {
+        let (_, errs) = reg(&format!("initial_access_token = \"{}\"", "b".repeat(40)));
+        assert!(
+            errs.iter().any(|e| e.contains("only used with")),
+            "{errs:?}"
+        );
+        let (_, errs) = reg("policy = \"invite_only\"");
+        assert!(errs.iter().any(|e| e.contains("registration.policy")));
     }
 }

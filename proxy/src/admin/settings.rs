@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::{Env, resolve_secret};
 use crate::ids::AdminToken;
+use crate::secrets::{Env, resolve_secret};
 
 /// Shortest admin token accepted.
 pub const MIN_TOKEN_LEN: usize = 32;
@@ -16,7 +16,7 @@ pub const MIN_TOKEN_LEN: usize = 32;
 // No Debug: may hold the token inline.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawAdmin {
+pub struct RawAdmin {
     listen: Option<String>,
     #[serde(default)]
     dangerous_allow_non_loopback: bool,
@@ -44,8 +44,9 @@ impl Default for AdminConfig {
     }
 }
 
-/// Validates `[admin]`, pushing readable errors into `errs`.
-pub(super) fn validate(
+/// Validates `[admin]`, pushing readable errors into `errs`; `main_listen` is
+/// `[server] listen` (the two must differ).
+pub fn validate(
     raw: &RawAdmin,
     main_listen: Option<SocketAddr>,
     env: &dyn Env,
