@@ -19,7 +19,6 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::audience::Audienced;
 use crate::clock::UnixTime;
-use crate::crypto;
 use crate::ids::{ClientId, UserId};
 use crate::store::records::AccessTokenRecord;
 use crate::store::{Store, StoreError, mcp_sessions};

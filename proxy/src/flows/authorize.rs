@@ -179,7 +179,13 @@ pub async fn authorize(
         created_at: now,
         confirm_shown_at_ms: None,
     };
-    transactions::put(app.store.as_ref(), &txn_id, &txn, now.plus(browser_state::TXN_TTL_SECS)).await?;
+    transactions::put(
+        app.store.as_ref(),
+        &txn_id,
+        &txn,
+        now.plus(browser_state::TXN_TTL_SECS),
+    )
+    .await?;
 
     app.audit
         .record(AuditEvent::ConsentShown {

@@ -31,7 +31,6 @@ use crate::app::App;
 use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::consent_scope;
 use crate::clients::RegistrationMode;
-use crate::crypto;
 use crate::ids::ClientId;
 use crate::oauth::error::{ErrorCode, OAuthError};
 use crate::oauth::grant;
