@@ -1,6 +1,12 @@
 //! Configuration: parsed from TOML, secrets from the file itself, a file, or an environment
 //! variable, and validated as a whole so every error is reported before any port is bound.
 //! The environment is read through [`Env`], so tests inject it instead of mutating the process.
+//!
+//! This module only assembles. Each section's raw shape, validated type and validation belong
+//! to the subsystem that reads it (`session::SessionPolicy::from_raw`, `github::GitHubConfig`,
+//! `audit::WebhookConfig`, …); `from_toml` calls them one step per section and checks the rules
+//! that span sections. Only the entry points import this module (`.ci/import-graph --check`);
+//! the re-exports below keep the old `config::…` paths working for them and for tests.
 
 use std::net::SocketAddr;
 use std::path::Path;
