@@ -763,7 +763,12 @@ async fn parent(plan: Plan, args: &[String]) {
     let mut rows: Vec<Row> = Vec::new();
 
     // ---- the other sides: nginx, PostgreSQL ---------------------------------------------------
-    let nginx = nginx::ensure();
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let nginx = if flag("--no-nginx") {
+        Err("--no-nginx given".to_owned())
+    } else {
+        nginx::ensure()
+    };
     let nginx_args = match &nginx {
         Ok(bin) => {
             let _ = writeln!(
@@ -780,9 +785,13 @@ async fn parent(plan: Plan, args: &[String]) {
         }
     };
     let admin_url = arg(args, "--pg-url").unwrap_or(pg::DEFAULT_ADMIN_URL);
-    let scratch = pg::Scratch::create(admin_url)
-        .await
-        .map_err(|e| format!("PostgreSQL at {admin_url}: {e}"));
+    let scratch = if flag("--no-pg") {
+        Err("--no-pg given".to_owned())
+    } else {
+        pg::Scratch::create(admin_url)
+            .await
+            .map_err(|e| format!("PostgreSQL at {admin_url}: {e}"))
+    };
     let pg_skip: Option<String> = scratch.as_ref().err().cloned();
     match &scratch {
         Ok(s) => {
@@ -869,7 +878,7 @@ async fn parent(plan: Plan, args: &[String]) {
     let mcp_secs = (plan.mcp_levels.len() as u64)
         * ((SIDES.len() as u64 * (2 * plan.mcp_rounds as u64 + 1)) * seg_ms / 2000 + 5);
     eprintln!("1. tools/call: direct, nginx, bare forwarder, proxy on sled and on PostgreSQL …");
-    let mcp = run_child("mcp", nginx_args, plan.quick, budget(mcp_secs + 30)).await;
+    let mcp = run_child("mcp", nginx_args, plan.quick, budget(mcp_secs + 60)).await;
     if let Some(t) = TMP.get() {
         nginx::reap(t.path());
     }
