@@ -1,15 +1,16 @@
 //! Starting what is measured, the way the integration tests do (tests/support/mod.rs), but
-//! durable: a real proxy on an ephemeral loopback port with `SystemClock` and a sled store
-//! opened with `SledStore::open` in a temporary directory on disk (not `temporary`, which
-//! skips sled's syncs), the fake GitHub from `mcp-examples`, and optionally the bench's
-//! trivial backend behind `/mcp`.
+//! durable: a real proxy on an ephemeral loopback port with `SystemClock` and either a sled
+//! store opened with `SledStore::open` in a temporary directory on disk (not `temporary`,
+//! which skips sled's syncs) or the PostgreSQL store in a fresh schema of the run's scratch
+//! database (`[store] url`, connected as `serve` connects it), the fake GitHub from
+//! `mcp-examples`, and optionally the bench's trivial backend behind `/mcp`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use mcp_examples::{FakeGitHub, FakeGitHubConfig, FakeUser};
 use mcp_oauth_proxy::app::App;
-use mcp_oauth_proxy::clock::SystemClock;
+use mcp_oauth_proxy::clock::{SharedClock, SystemClock};
 use mcp_oauth_proxy::config::{Config, Keys};
 use mcp_oauth_proxy::store::{SharedStore, SledStore};
 
@@ -50,6 +51,35 @@ pub struct Options<'a> {
     pub counters: Option<Arc<Counters>>,
     /// Run the expiry sweeper as `serve` does.
     pub sweeper: bool,
+    /// Which store.
+    pub store: Backing,
+}
+
+/// The proxy's store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// sled on disk in a temporary directory.
+    Sled,
+    /// PostgreSQL: a fresh schema in the run's scratch database ([`set_pg_url`]).
+    Postgres,
+}
+
+impl Backing {
+    /// `sled` or `pg` (as on the command line, `--store NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backing::Sled => "sled",
+            Backing::Postgres => "pg",
+        }
+    }
+
+    /// From `--store NAME`.
+    pub fn parse(s: &str) -> Backing {
+        match s {
+            "pg" | "postgres" => Backing::Postgres,
+            _ => Backing::Sled,
+        }
+    }
 }
 
 /// The fake GitHub with `users` people (`user0`, `user1`, …), none of whom has authorized
@@ -89,6 +119,25 @@ pub async fn start(opts: Options<'_>) -> Proxy {
         ),
     };
     let dir = tempdir("proxy-");
+    let store_toml = match opts.store {
+        Backing::Sled => format!("path = \"{}\"", dir.path().display()),
+        Backing::Postgres => {
+            // A PostgreSQL store needs `[keys]` (every replica shares them): fresh ones.
+            let mut keys = String::from("[keys]\n");
+            for name in mcp_oauth_proxy::config::KEY_NAMES {
+                let k = mcp_oauth_proxy::crypto::random_bytes::<32>().expect("random");
+                keys.push_str(&format!(
+                    "{name} = \"{}\"\n",
+                    mcp_oauth_proxy::crypto::b64(&k)
+                ));
+            }
+            format!(
+                "url = \"{}\"\nschema = \"{}\"\n{keys}",
+                pg_url().expect("--pg-url: no scratch database for a PostgreSQL proxy"),
+                fresh_schema()
+            )
+        }
+    };
     let backend = opts
         .backend_url
         .map(|u| format!("[backend]\nurl = \"{u}\"\nauth = \"github_token\"\n"))
@@ -109,28 +158,38 @@ authorize_url = "{authorize}"
 token_url = "{token}"
 api_url = "{api}"
 [store]
-path = "{path}"
+{store_toml}
 # The bench drives thousands of flows a second from one address; it measures the store and
 # the flows, not the rate limiter.
 [rate_limits]
 enabled = false
 {backend}
 "#,
-        path = dir.path().display(),
     );
     let config = Config::from_toml(&toml, &HashMap::<String, String>::new()).expect("config");
-    let clock = Arc::new(SystemClock);
-    let cache = cache_mb();
-    let store: SharedStore = Arc::new(
-        SledStore::open_with_cache(dir.path(), cache << 20, clock.clone())
-            .expect("open sled store"),
-    );
+    let clock: SharedClock = Arc::new(SystemClock);
+    let (store, keys): (SharedStore, Keys) = match opts.store {
+        Backing::Sled => (
+            Arc::new(
+                SledStore::open_with_cache(dir.path(), cache_mb() << 20, clock.clone())
+                    .expect("open sled store"),
+            ),
+            Keys::generate().expect("keys"),
+        ),
+        Backing::Postgres => (
+            // As `serve` connects it (pool, migrations), from `[store] url` and `schema`.
+            mcp_oauth_proxy::run::connect_postgres(&config.store, clock.clone())
+                .await
+                .expect("connect the PostgreSQL store"),
+            config.keys.clone().expect("[keys]"),
+        ),
+    };
     let store: SharedStore = match opts.counters {
         Some(c) => Arc::new(CountingStore::new(store, c)),
         None => store,
     };
     let http = config.http();
-    let app = App::new(config, Keys::generate().expect("keys"), store, clock).expect("app");
+    let app = App::new(config, keys, store, clock).expect("app");
     if opts.sweeper {
         let _sweeper = mcp_oauth_proxy::run::spawn_sweeper(&app);
     }
@@ -160,6 +219,44 @@ static TMP_BASE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::
 /// sled's page cache for the proxies of this process, MiB (`--cache-mb N`, as `store.cache_mb`);
 /// the proxy's default when unset.
 static CACHE_MB: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// The run's scratch PostgreSQL database (`--pg-url URL`, made by the parent); unset when
+/// PostgreSQL is not measured.
+static PG_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets [`PG_URL`] (once).
+pub fn set_pg_url(url: String) {
+    let _ = PG_URL.set(url);
+}
+
+/// The run's scratch database, if PostgreSQL is measured.
+pub fn pg_url() -> Option<&'static str> {
+    PG_URL.get().map(String::as_str)
+}
+
+/// Why PostgreSQL is not measured (`--pg-skip REASON`, from the parent).
+static PG_SKIP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets [`PG_SKIP`] (once).
+pub fn set_pg_skip(reason: String) {
+    let _ = PG_SKIP.set(reason);
+}
+
+/// Why PostgreSQL is not measured, if the parent said.
+pub fn pg_skip_reason() -> Option<String> {
+    PG_SKIP.get().cloned()
+}
+
+/// A schema name no other proxy of this run uses (one per proxy, as the tests isolate
+/// themselves).
+fn fresh_schema() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "bench_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
 
 /// Sets [`CACHE_MB`] (once).
 pub fn set_cache_mb(mb: u64) {

@@ -1,10 +1,15 @@
-//! Benchmark 1: `tools/call` through the proxy versus straight to the same trivial backend, at
-//! several connection counts, in interleaved segments (the order of the sides rotates every
-//! round) so machine noise lands on all of them. A third side, a bare forwarder without any
-//! checks (`forwarder.rs`), gives the cost of the second HTTP hop alone, for context.
+//! Benchmark 1: `tools/call` straight to a trivial backend and through each gateway in front of
+//! the same backend, at several connection counts, in interleaved segments (the order of the
+//! sides rotates every round) so machine noise lands on all of them. The sides: direct, nginx
+//! as a plain reverse proxy (`nginx.rs`), a bare forwarder without any checks
+//! (`forwarder.rs`: the second HTTP hop alone, built from the proxy's crates), and the proxy on
+//! sled and on PostgreSQL. The load generator is the same for every side: one in-process
+//! HTTP/1.1 client (reqwest, one kept-alive connection) per simulated connection.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use serde_json::json;
 
 use crate::timing::{Samples, now, ns_since, segment};
 
@@ -13,26 +18,19 @@ use crate::timing::{Samples, now, ns_since, segment};
 pub struct Target {
     /// URL to POST to.
     pub url: String,
-    /// Bearer token (the proxy's access token; the backend ignores it).
+    /// Bearer token (the proxy's access token; the others ignore it).
     pub token: String,
 }
 
-/// Results for one connection count.
-#[derive(Debug, Clone, Default)]
-pub struct Level {
-    /// Straight to the backend.
-    pub direct: Samples,
-    /// Through the proxy.
-    pub proxied: Samples,
-    /// Through the bare forwarder (context).
-    pub bare: Samples,
-}
-
-impl Level {
-    /// Proxied throughput / direct throughput.
-    pub fn throughput_ratio(&self) -> f64 {
-        self.proxied.per_sec() / self.direct.per_sec().max(f64::MIN_POSITIVE)
-    }
+/// One side: its key in the JSON result, its label, where it is.
+#[derive(Clone)]
+pub struct Side {
+    /// `direct`, `nginx`, `bare`, `sled`, `pg`.
+    pub key: &'static str,
+    /// For progress lines.
+    pub label: &'static str,
+    /// Where to send calls.
+    pub target: Target,
 }
 
 const BODY: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}"#;
@@ -84,100 +82,151 @@ async fn run(
     .await
 }
 
-/// Runs the comparison at each connection count: `rounds` pairs of `seg`-long segments.
-/// Prints one JSON result line per level as soon as it is done.
-pub async fn compare(
-    direct: Target,
-    proxied: Target,
-    bare: Target,
-    levels: &[usize],
-    rounds: usize,
-    seg: Duration,
-) {
+/// Runs the comparison at each connection count: `rounds` rounds of one `seg`-long segment
+/// per side, the order rotating every round. Prints one JSON result line per level as soon as
+/// it is done: `{"kind": "mcp", "conns": N, KEY: samples, …}` for every side.
+pub async fn compare(sides: &[Side], levels: &[usize], rounds: usize, seg: Duration) {
     for &conns in levels {
-        let sides = [
-            (format!("tools/call direct, {conns} conn"), direct.clone()),
-            (
-                format!("tools/call through the proxy, {conns} conn"),
-                proxied.clone(),
-            ),
-            (
-                format!("tools/call through the bare forwarder, {conns} conn"),
-                bare.clone(),
-            ),
-        ];
+        let names: Vec<String> = sides
+            .iter()
+            .map(|s| format!("tools/call {}, {conns} conn", s.label))
+            .collect();
         // One client (so one kept-alive connection) per simulated connection and side.
         let clients: Vec<Arc<Vec<reqwest::Client>>> = sides
             .iter()
             .map(|_| Arc::new((0..conns).map(|_| crate::harness::http()).collect()))
             .collect();
-        // Warm up every side (connections, caches, the proxy's backend pool).
-        for ((name, t), c) in sides.iter().zip(&clients) {
-            let _ = run(name, c.clone(), t.clone(), conns, seg / 2).await;
+        // Warm up every side (connections, caches, pools behind it).
+        for ((name, side), c) in names.iter().zip(sides).zip(&clients) {
+            let _ = run(name, c.clone(), side.target.clone(), conns, seg / 2).await;
         }
-        let mut level = Level::default();
+        let mut samples: Vec<Samples> = vec![Samples::default(); sides.len()];
         for r in 0..rounds {
-            // Each side goes first, second and last equally often.
+            // Over `sides.len()` rounds, each side is in each position once.
             for k in 0..sides.len() {
                 let i = (r + k) % sides.len();
-                let (name, t) = &sides[i];
-                let (ns, wall) = run(name, clients[i].clone(), t.clone(), conns, seg).await;
-                match i {
-                    0 => level.direct.add(ns, wall),
-                    1 => level.proxied.add(ns, wall),
-                    _ => level.bare.add(ns, wall),
-                }
+                let (ns, wall) = run(
+                    &names[i],
+                    clients[i].clone(),
+                    sides[i].target.clone(),
+                    conns,
+                    seg,
+                )
+                .await;
+                samples[i].add(ns, wall);
             }
         }
-        eprintln!(
-            "  {conns:>3} conn: direct {:>8.0}/s p50 {:>7.1} µs | proxied {:>8.0}/s p50 {:>7.1} µs | bare forwarder {:>8.0}/s p50 {:>7.1} µs | ratio {:.2}×",
-            level.direct.per_sec(),
-            level.direct.pct_us(50.0),
-            level.proxied.per_sec(),
-            level.proxied.pct_us(50.0),
-            level.bare.per_sec(),
-            level.bare.pct_us(50.0),
-            level.throughput_ratio()
-        );
-        println!(
-            "{}",
-            serde_json::json!({
-                "kind": "mcp",
-                "conns": conns,
-                "direct": level.direct.json(),
-                "proxied": level.proxied.json(),
-                "bare": level.bare.json(),
+        let progress: Vec<String> = sides
+            .iter()
+            .zip(&samples)
+            .map(|(s, x)| {
+                format!(
+                    "{} {:.0}/s p50 {:.1} µs",
+                    s.key,
+                    x.per_sec(),
+                    x.pct_us(50.0)
+                )
             })
-        );
+            .collect();
+        eprintln!("  {conns:>3} conn: {}", progress.join(" | "));
+        let mut v = json!({"kind": "mcp", "conns": conns});
+        for (s, x) in sides.iter().zip(&samples) {
+            v[s.key] = x.json();
+        }
+        println!("{v}");
     }
 }
 
-/// Benchmark 1 in a child process: the trivial backend, a proxy with it as its
-/// `[backend]`, an access token from a real flow, then [`compare`].
-pub async fn child(levels: &[usize], rounds: usize, seg: Duration) {
+/// Benchmark 1 in a child process: the trivial backend; nginx in front of it (`nginx`: the
+/// binary, or the reason it is not measured); the bare forwarder; a proxy on sled and, with
+/// a scratch database (`--pg-url`), one on PostgreSQL, each with the backend as its
+/// `[backend]` and an access token from a real flow; then [`compare`]. A side that is not
+/// measured is printed as `{"kind": "skipped", "side": KEY, "reason": …}`.
+pub async fn child(
+    levels: &[usize],
+    rounds: usize,
+    seg: Duration,
+    nginx: Result<std::path::PathBuf, String>,
+) {
+    use crate::harness::Backing;
     let backend_url = crate::backend::start().await;
-    let github = crate::harness::fake_github(1).await;
-    let proxy = crate::harness::start(crate::harness::Options {
-        github: Some(&github),
-        backend_url: Some(backend_url.clone()),
-        counters: None,
-        sweeper: true,
-    })
-    .await;
-    let http = crate::harness::http();
-    let client = crate::flows::register(&http, &proxy).await;
-    let (tokens, _) = crate::flows::flow(&http, &proxy, &client, "user0").await;
-    let bare = Target {
-        url: crate::forwarder::start(backend_url.clone()).await,
-        token: "bare-bench-token".to_owned(),
+    let skipped = |side: &str, reason: &str| {
+        eprintln!("  {side}: SKIPPED ({reason})");
+        println!(
+            "{}",
+            json!({"kind": "skipped", "side": side, "reason": reason})
+        );
     };
-    let direct = Target {
-        url: backend_url,
-        token: "direct-bench-token".to_owned(),
+    let mut sides = vec![Side {
+        key: "direct",
+        label: "direct",
+        target: Target {
+            url: backend_url.clone(),
+            token: "direct-bench-token".to_owned(),
+        },
+    }];
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let nginx = match nginx {
+        Ok(bin) => crate::nginx::Nginx::start(&bin, &backend_url, workers).await,
+        Err(e) => Err(e),
     };
-    let proxied = Target {
-        url: proxy.url("/mcp"),
-        token: tokens.access,
-    };
-    compare(direct, proxied, bare, levels, rounds, seg).await;
+    match &nginx {
+        Ok(n) => sides.push(Side {
+            key: "nginx",
+            label: "through nginx",
+            target: Target {
+                url: n.url.clone(),
+                token: "nginx-bench-token".to_owned(),
+            },
+        }),
+        Err(reason) => skipped("nginx", reason),
+    }
+    sides.push(Side {
+        key: "bare",
+        label: "through the bare forwarder",
+        target: Target {
+            url: crate::forwarder::start(backend_url.clone()).await,
+            token: "bare-bench-token".to_owned(),
+        },
+    });
+    // Each proxy has a fake GitHub of its own (the fake knows one callback URL).
+    let mut keep = Vec::new();
+    for (store, key, label) in [
+        (Backing::Sled, "sled", "through the proxy (sled)"),
+        (Backing::Postgres, "pg", "through the proxy (PostgreSQL)"),
+    ] {
+        if store == Backing::Postgres && crate::harness::pg_url().is_none() {
+            skipped(
+                "pg",
+                &crate::harness::pg_skip_reason()
+                    .unwrap_or_else(|| "no scratch database".to_owned()),
+            );
+            continue;
+        }
+        let github = crate::harness::fake_github(1).await;
+        let proxy = crate::harness::start(crate::harness::Options {
+            github: Some(&github),
+            backend_url: Some(backend_url.clone()),
+            counters: None,
+            sweeper: true,
+            store,
+        })
+        .await;
+        let http = crate::harness::http();
+        let client = crate::flows::register(&http, &proxy).await;
+        let (tokens, _) = crate::flows::flow(&http, &proxy, &client, "user0").await;
+        sides.push(Side {
+            key,
+            label,
+            target: Target {
+                url: proxy.url("/mcp"),
+                token: tokens.access,
+            },
+        });
+        keep.push((github, proxy));
+    }
+    compare(&sides, levels, rounds, seg).await;
+    if let Ok(n) = nginx {
+        n.stop().await;
+    }
 }

@@ -1,5 +1,7 @@
 //! Benchmarks 2 and 3: full authorization flows per second and refresh grants per second, both
-//! against a durable proxy, each interleaved with its baselines in the same rounds.
+//! against a durable proxy on sled or on PostgreSQL, each interleaved with its baselines in
+//! the same rounds. The bare-store baseline is the store's own: bare sled insert+flush for
+//! sled, bare single-statement INSERTs (each its own commit) for PostgreSQL.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -7,7 +9,8 @@ use std::time::{Duration, Instant};
 use mcp_examples::FakeGitHub;
 
 use crate::flows::{self, RegisteredClient, Steps, Tokens};
-use crate::harness::Proxy;
+use crate::harness::{Backing, Proxy};
+use crate::pg::BarePg;
 use crate::sled_baseline::BareSled;
 use crate::timing::{Samples, now, ns_since, or_hang, segment};
 
@@ -22,8 +25,44 @@ pub struct FlowLevel {
     pub steps: [u64; 5],
     /// Baseline: the fake GitHub's part of a flow alone.
     pub github: Samples,
-    /// Baseline: bare sled insert+flush.
-    pub sled: Samples,
+    /// Baseline: bare durable writes to the same kind of store.
+    pub bare: Samples,
+}
+
+/// The bare-store baseline: one durable write after another, nothing else.
+pub enum Bare {
+    /// sled insert+flush.
+    Sled(Arc<BareSled>),
+    /// One INSERT, committed.
+    Pg(Arc<BarePg>),
+}
+
+impl Bare {
+    /// The baseline for `store`.
+    pub async fn open(store: Backing) -> Bare {
+        match store {
+            Backing::Sled => Bare::Sled(BareSled::open()),
+            Backing::Postgres => {
+                Bare::Pg(BarePg::open(crate::harness::pg_url().expect("scratch database")).await)
+            }
+        }
+    }
+
+    /// A segment of `workers` concurrent writers.
+    pub async fn run(&self, workers: usize, dur: Duration) -> (Vec<u64>, Duration) {
+        match self {
+            Bare::Sled(s) => s.run(workers, dur).await,
+            Bare::Pg(p) => p.run(workers, dur).await,
+        }
+    }
+
+    /// For progress lines.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Bare::Sled(_) => "bare sled insert+flush",
+            Bare::Pg(_) => "bare PostgreSQL INSERT (1 commit)",
+        }
+    }
 }
 
 /// One concurrency level of benchmark 3.
@@ -33,8 +72,8 @@ pub struct RefreshLevel {
     pub conns: usize,
     /// Refreshes.
     pub refreshes: Samples,
-    /// Baseline: bare sled insert+flush.
-    pub sled: Samples,
+    /// Baseline: bare durable writes to the same kind of store.
+    pub bare: Samples,
 }
 
 /// Everything a flow worker needs.
@@ -157,12 +196,12 @@ async fn github_segment(
 }
 
 /// Benchmark 2. Level by level (lowest first, so a hang at a high level keeps the lower
-/// ones); in each round: flows, then the GitHub legs alone, then bare sled, all at the same
-/// concurrency. Prints one JSON result line per level.
+/// ones); in each round: flows, then the GitHub legs alone, then the bare store, all at the
+/// same concurrency. Prints one JSON result line per level.
 pub async fn flows_per_sec(
     ctx: &FlowCtx,
     github: &FakeGitHub,
-    sled: &Arc<BareSled>,
+    bare: &Bare,
     levels: &[usize],
     rounds: usize,
     seg: Duration,
@@ -182,17 +221,18 @@ pub async fn flows_per_sec(
             }
             let (ns, wall) = github_segment(github, &callback, &ctx.browsers, conns, seg).await;
             l.github.add(ns, wall);
-            let (ns, wall) = sled.run(conns, seg).await;
-            l.sled.add(ns, wall);
+            let (ns, wall) = bare.run(conns, seg).await;
+            l.bare.add(ns, wall);
         }
         eprintln!(
-            "  {:>3} browsers: {:>7.0} flows/s (p50 {:>6.1} ms) | GitHub legs alone {:>7.0}/s | bare sled insert+flush {:>7.0}/s (p50 {:>6.2} ms)",
+            "  {:>3} browsers: {:>7.0} flows/s (p50 {:>6.1} ms) | GitHub legs alone {:>7.0}/s | {} {:>7.0}/s (p50 {:>6.2} ms)",
             l.conns,
             l.flows.per_sec(),
             l.flows.pct_us(50.0) / 1000.0,
             l.github.per_sec(),
-            l.sled.per_sec(),
-            l.sled.pct_us(50.0) / 1000.0,
+            bare.label(),
+            l.bare.per_sec(),
+            l.bare.pct_us(50.0) / 1000.0,
         );
         let n = l.flows.count().max(1) as f64;
         let steps_ms: Vec<f64> = l.steps.iter().map(|&t| t as f64 / n / 1e6).collect();
@@ -203,7 +243,7 @@ pub async fn flows_per_sec(
                 "conns": conns,
                 "flows": l.flows.json(),
                 "github": l.github.json(),
-                "sled": l.sled.json(),
+                "bare": l.bare.json(),
                 "steps_ms": steps_ms,
             })
         );
@@ -213,12 +253,12 @@ pub async fn flows_per_sec(
 /// Benchmark 3. `families` are refresh tokens of distinct families; at each level, worker `i`
 /// refreshes the families `j` with `j % conns == i` in turn, so no two requests ever present
 /// the same family at once (no reuse detection, no compare-and-swap retries). Level by level,
-/// each round a refresh segment then a bare-sled one. Prints one JSON result line per level.
+/// each round a refresh segment then a bare-store one. Prints one JSON result line per level.
 pub async fn refresh_per_sec(
     proxy: &Arc<Proxy>,
     client: &RegisteredClient,
     families: Vec<String>,
-    sled: &Arc<BareSled>,
+    bare: &Bare,
     levels: &[usize],
     rounds: usize,
     seg: Duration,
@@ -263,16 +303,17 @@ pub async fn refresh_per_sec(
             })
             .await;
             l.refreshes.add(ns, wall);
-            let (ns, wall) = sled.run(conns, seg).await;
-            l.sled.add(ns, wall);
+            let (ns, wall) = bare.run(conns, seg).await;
+            l.bare.add(ns, wall);
         }
         eprintln!(
-            "  {:>3} clients: {:>7.0} refreshes/s (p50 {:>6.2} ms, p99 {:>6.2} ms) | bare sled insert+flush {:>7.0}/s",
+            "  {:>3} clients: {:>7.0} refreshes/s (p50 {:>6.2} ms, p99 {:>6.2} ms) | {} {:>7.0}/s",
             l.conns,
             l.refreshes.per_sec(),
             l.refreshes.pct_us(50.0) / 1000.0,
             l.refreshes.pct_us(99.0) / 1000.0,
-            l.sled.per_sec(),
+            bare.label(),
+            l.bare.per_sec(),
         );
         println!(
             "{}",
@@ -280,13 +321,13 @@ pub async fn refresh_per_sec(
                 "kind": "refresh",
                 "conns": conns,
                 "refresh": l.refreshes.json(),
-                "sled": l.sled.json(),
+                "bare": l.bare.json(),
             })
         );
     }
 }
 
-async fn setup(people: usize) -> (FlowCtx, FakeGitHub, Vec<Tokens>) {
+async fn setup(people: usize, store: Backing) -> (FlowCtx, FakeGitHub, Vec<Tokens>) {
     let github = crate::harness::fake_github(people).await;
     let proxy = Arc::new(
         crate::harness::start(crate::harness::Options {
@@ -294,6 +335,7 @@ async fn setup(people: usize) -> (FlowCtx, FakeGitHub, Vec<Tokens>) {
             backend_url: None,
             counters: None,
             sweeper: true,
+            store,
         })
         .await,
     );
@@ -308,25 +350,26 @@ async fn setup(people: usize) -> (FlowCtx, FakeGitHub, Vec<Tokens>) {
     (ctx, github, tokens)
 }
 
-/// Benchmark 2 in a child process.
-pub async fn flows_child(levels: &[usize], rounds: usize, seg: Duration) {
+/// Benchmark 2 in a child process, on `store`.
+pub async fn flows_child(levels: &[usize], rounds: usize, seg: Duration, store: Backing) {
     let people = levels.iter().copied().max().unwrap_or(1);
-    let (ctx, github, _) = setup(people).await;
-    let sled = BareSled::open();
-    flows_per_sec(&ctx, &github, &sled, levels, rounds, seg).await;
+    let (ctx, github, _) = setup(people, store).await;
+    let bare = Bare::open(store).await;
+    flows_per_sec(&ctx, &github, &bare, levels, rounds, seg).await;
 }
 
-/// Benchmark 3 in a child process: two families per client slot, each of a different person.
-pub async fn refresh_child(levels: &[usize], rounds: usize, seg: Duration) {
+/// Benchmark 3 in a child process, on `store`: two families per client slot, each of a
+/// different person.
+pub async fn refresh_child(levels: &[usize], rounds: usize, seg: Duration, store: Backing) {
     let people = 2 * levels.iter().copied().max().unwrap_or(1);
-    let (ctx, _github, tokens) = setup(people).await;
-    let sled = BareSled::open();
+    let (ctx, _github, tokens) = setup(people, store).await;
+    let bare = Bare::open(store).await;
     let families = tokens.into_iter().map(|t| t.refresh).collect();
     refresh_per_sec(
         &ctx.proxy,
         &ctx.client,
         families,
-        &sled,
+        &bare,
         levels,
         rounds,
         seg,

@@ -153,6 +153,7 @@ pub async fn child(small: u64, large: u64, rounds: usize, calls: usize) {
         backend_url: None,
         counters: None,
         sweeper: false,
+        store: harness::Backing::Sled,
     })
     .await;
     let http = harness::http();
@@ -188,6 +189,7 @@ pub async fn child(small: u64, large: u64, rounds: usize, calls: usize) {
         backend_url: None,
         counters: None,
         sweeper: false,
+        store: harness::Backing::Sled,
     })
     .await;
     let took_small = populate(&small_proxy.app, small).await;
