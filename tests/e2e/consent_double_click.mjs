@@ -1,6 +1,8 @@
 // Double-clickjacking against the proxy's consent page, in Debian's headless Chromium.
 //
-//   node consent_double_click.mjs --base http://127.0.0.1:PORT [--login alice]
+//   node consent_double_click.mjs --base http://127.0.0.1:PORT --clock http://127.0.0.1:PORT2 [--login alice]
+//
+// --clock is the test's control server for the proxy's injected clock (POST /advance?ms=N).
 //
 // The attack: another site swaps itself for the consent page between the two clicks of a
 // double-click, so the second click lands on Approve. What the page must do:
@@ -35,9 +37,17 @@ import {
     withTimeout
 } from './lib.mjs';
 
-const args = parseArgs(process.argv.slice(2), ['base']);
+const args = parseArgs(process.argv.slice(2), ['base', 'clock']);
 const base = new URL(args.base).origin;
 const login = args.login ?? 'alice';
+const clockControl = args.clock ? new URL(args.clock).origin : null;
+
+/** Moves the proxy's injected clock on by `ms` (the test's control server, `--clock`). */
+async function advanceServerClock(ms) {
+    check(clockControl, '--clock is needed to move the server clock');
+    const resp = await fetch(`${clockControl}/advance?ms=${ms}`, { method: 'POST' });
+    check(resp.ok, `clock control answered ${resp.status}`);
+}
 
 async function register(redirectUri) {
     const resp = await fetch(`${base}/register`, {
@@ -132,49 +142,73 @@ async function regainFocus(page) {
     });
 }
 
-/** Parts 1–3, with JavaScript. */
+/** Page time, as the page's own script reads it (`performance.now()`). */
+async function pageNow(page) {
+    return page.evaluate(() => performance.now());
+}
+
+/**
+ * Advances the page's paused clock by `ms` (its interval timers fire on the way) and returns
+ * whether Approve is still disabled then.
+ */
+async function disabledAfter(page, ms) {
+    await page.clock.runFor(ms);
+    return (await state(page)).disabled;
+}
+
+/**
+ * Parts 1–3, with JavaScript. The page's clock is Playwright's fake one, paused: the page's
+ * second of being seen is measured in page time, which moves only when this script says so, so
+ * a slow, loaded machine cannot turn "a gesture right at load" into one a second later.
+ */
 async function withScript(browser, clientId, callback) {
     const context = await browser.newContext();
+    await context.clock.install({ time: new Date('2026-01-01T00:00:00Z') });
+    await context.clock.pauseAt(new Date('2026-01-01T00:00:01Z'));
     const page = await context.newPage();
     const posts = consentPosts(page);
     const url = authorizeUrl(clientId, callback.redirectUri);
 
-    // 1. The first gesture, right at load.
+    // 1. The first gesture, right at load (page time stands still meanwhile).
     await page.goto(url, { waitUntil: 'domcontentloaded' });
-    const loadedAt = Date.now();
+    const loadedAt = await pageNow(page);
     const atLoad = await state(page);
     await strayGestures(page);
-    const strayWithinMs = Date.now() - loadedAt;
+    const strayWithinMs = (await pageNow(page)) - loadedAt;
     await sleep(300);
     const afterStray = { posts: posts.length, url: page.url(), ...(await state(page)) };
-    log(`stray gestures within ${strayWithinMs} ms of load: ${JSON.stringify(afterStray)}`);
+    log(`stray gestures within ${strayWithinMs} ms of load (page time): ${JSON.stringify(afterStray)}`);
     check(strayWithinMs < 1000, `the stray gestures came within the delay (${strayWithinMs} ms)`);
     check(afterStray.posts === 0, 'no POST to /consent from a gesture at load');
     check(new URL(afterStray.url).pathname === '/authorize', `still on the consent page, at ${redact(afterStray.url)}`);
     check(atLoad.disabled === true && afterStray.disabled === true, 'Approve disabled at load');
 
-    // 2. Armed after a second of being visible and focused; disarmed by blur or hiding.
-    await waitForConsentButtons(page);
-    const sinceLoad = Date.now() - loadedAt;
-    check(sinceLoad >= 1000, `armed only after a second (${sinceLoad} ms)`);
+    // 2. Armed after a second of being visible and focused (not at 0.9 s, at 1.1 s); disarmed
+    //    by blur or hiding, and the wait starts over.
+    const disabledAt900 = await disabledAfter(page, 900);
+    const disabledAt1100 = await disabledAfter(page, 200);
+    check(disabledAt900 === true, 'still disabled 0.9 s after load');
+    check(disabledAt1100 === false, 'armed 1.1 s after load');
+    const sinceLoad = (await pageNow(page)) - loadedAt;
     const focusLoss = [];
     for (const how of ['blur', 'hidden']) {
         await loseFocus(page, how);
         const lost = await state(page);
         check(lost.disabled === true, `${how}: Approve disabled at once`);
         await regainFocus(page);
-        const backAt = Date.now();
         await strayGestures(page);
         const back = await state(page);
         check(posts.length === 0, `${how}: a click right after focus came back submitted nothing`);
         check(back.disabled === true, `${how}: still disabled right after focus came back`);
-        await waitForConsentButtons(page);
-        const rearmMs = Date.now() - backAt;
-        check(rearmMs >= 900, `${how}: the wait started over (${rearmMs} ms)`);
-        focusLoss.push({ how, disabled_on_loss: lost.disabled, disabled_on_return: back.disabled, rearmed_after_ms: rearmMs });
+        const stillAt900 = await disabledAfter(page, 900);
+        const armedAt1100 = !(await disabledAfter(page, 200));
+        check(stillAt900, `${how}: the wait started over (still disabled 0.9 s after focus came back)`);
+        check(armedAt1100, `${how}: armed again 1.1 s after focus came back`);
+        focusLoss.push({ how, disabled_on_loss: lost.disabled, disabled_on_return: back.disabled, disabled_900ms_after_return: stillAt900, armed_1100ms_after_return: armedAt1100 });
     }
 
-    // 3. Now one click approves.
+    // 3. Now one click approves (page time flows again for the rest of the flow).
+    await context.clock.resume();
     await clickAndWait(page, CONSENT_APPROVE, 'the proxy consent page');
     check((await page.title()).startsWith('Sign in to GitHub'), 'Approve led to the GitHub account picker');
     check(posts.length === 1, `exactly one POST to /consent (${posts.length})`);
@@ -184,6 +218,8 @@ async function withScript(browser, clientId, callback) {
         at_load: atLoad,
         stray_within_ms: strayWithinMs,
         after_stray: { posts: afterStray.posts, on_consent_page: true, disabled: afterStray.disabled },
+        disabled_900ms_after_load: disabledAt900,
+        armed_1100ms_after_load: !disabledAt1100,
         armed_after_ms_since_load: sinceLoad,
         focus_loss: focusLoss,
         consent_posts: posts.length
@@ -218,7 +254,8 @@ async function withoutScript(browser, clientId, callback) {
     const tooSoon = (await page.locator('body').innerText()).includes('That click came too soon');
     check(tooSoon, 'an Approve right after the confirmation page appeared is refused');
     check(!(await page.title()).startsWith('Sign in to GitHub'), 'not sent to GitHub');
-    await sleep(1_100);
+    // "A second later", on the server's clock (which stands still otherwise).
+    await advanceServerClock(1_000);
     await clickAndWait(page, CONSENT_APPROVE, 'the confirmation page, after a second');
     check((await page.title()).startsWith('Sign in to GitHub'), `GitHub account picker expected, got ${await page.title()}`);
     await finishAtGitHub(page, callback);

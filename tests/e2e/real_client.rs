@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::{Options, TestProxy};
+use mcp_oauth_proxy::clock::ManualClock;
 use mcp_oauth_proxy::store::Keyspace;
 
 /// Upper bound for one Node script (Chromium start-up included).
@@ -135,6 +136,28 @@ fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Str
 
 /// Runs `node SCRIPT ARGS…` in `tests/e2e` and waits (without blocking the runtime that serves
 /// the proxy) for it to exit, at most [`NODE_TIMEOUT`].
+/// A control server for a script that must move the proxy's injected clock: `POST
+/// /advance?ms=N` advances it by N milliseconds. Returns its base URL.
+async fn clock_control(clock: std::sync::Arc<ManualClock>) -> String {
+    use axum::extract::{Query, State};
+    let app = axum::Router::new()
+        .route(
+            "/advance",
+            axum::routing::post(
+                |State(clock): State<std::sync::Arc<ManualClock>>,
+                 Query(q): Query<std::collections::HashMap<String, u64>>| async move {
+                    clock.advance_millis(q.get("ms").copied().unwrap_or(0));
+                    "ok"
+                },
+            ),
+        )
+        .with_state(clock);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
 async fn run_node(script: &str, args: &[&str]) -> NodeRun {
     use std::os::unix::process::CommandExt;
 
@@ -667,38 +690,42 @@ async fn consent_buttons_do_nothing_until_the_page_has_been_seen() {
         return;
     }
     let proxy = TestProxy::start().await;
-    // The server times the confirmation step with the injected clock: let it follow real
-    // time while the browser runs.
-    let clock = proxy.clock.clone();
-    let ticker = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            tick.tick().await;
-            clock.advance_millis(20);
-        }
-    });
+    // The server times the confirmation step with the injected clock, which stands still here:
+    // the script moves it on (POST /advance?ms=N to this control server) when it means "a
+    // second later", so a loaded machine cannot make a prompt click late or a late one prompt.
+    let control = clock_control(proxy.clock.clone()).await;
     let run = run_node(
         "consent_double_click.mjs",
-        &["--base", &proxy.base, "--login", "alice"],
+        &[
+            "--base",
+            &proxy.base,
+            "--login",
+            "alice",
+            "--clock",
+            &control,
+        ],
     )
     .await;
-    ticker.abort();
     let r = run.assert_ok("consent_double_click.mjs");
 
     let scripted = &r["with_script"];
     assert_eq!(scripted["at_load"]["disabled"], true, "{scripted}");
     assert_eq!(scripted["after_stray"]["posts"], 0, "{scripted}");
+    // Page time (Playwright's paused clock): the gestures came at once, and the buttons armed
+    // after a second, not before.
     assert!(
-        scripted["stray_within_ms"].as_u64().unwrap() < 1000,
+        scripted["stray_within_ms"].as_f64().unwrap() < 1000.0,
         "{scripted}"
     );
-    assert!(
-        scripted["armed_after_ms_since_load"].as_u64().unwrap() >= 1000,
-        "{scripted}"
-    );
-    for loss in scripted["focus_loss"].as_array().unwrap() {
+    assert_eq!(scripted["disabled_900ms_after_load"], true, "{scripted}");
+    assert_eq!(scripted["armed_1100ms_after_load"], true, "{scripted}");
+    let losses = scripted["focus_loss"].as_array().unwrap();
+    assert_eq!(losses.len(), 2, "{scripted}");
+    for loss in losses {
         assert_eq!(loss["disabled_on_loss"], true, "{loss}");
         assert_eq!(loss["disabled_on_return"], true, "{loss}");
+        assert_eq!(loss["disabled_900ms_after_return"], true, "{loss}");
+        assert_eq!(loss["armed_1100ms_after_return"], true, "{loss}");
     }
     assert_eq!(scripted["consent_posts"], 1, "{scripted}");
 
