@@ -21,7 +21,8 @@
 //!   `Mcp-Session-Id`; every later request must carry it (missing → 400, unknown → 404); `GET`
 //!   opens the session's standalone SSE stream (resumable with `Last-Event-ID`); `DELETE` ends
 //!   the session;
-//! * `2026-07-28`: **stateless**. No `initialize`, no sessions, POST only; the `Mcp-Method` and
+//! * `2026-07-28`: **stateless**. No `initialize` (`server/discover` answers the versions and
+//!   capabilities instead), no sessions, POST only; the `Mcp-Method` and
 //!   `Mcp-Name` headers must mirror the body (else 400 with `-32020`); closing a response stream
 //!   is cancellation;
 //! * anything else: 400 with `-32022` and the supported versions.

@@ -19,7 +19,10 @@ fn whoami_2026(url_elicitation: bool, request_state: Option<&str>) -> Value {
             json!({"elicitation": {"url": {}}});
     }
     if let Some(s) = request_state {
+        // A retry as 2026-07-28 clients send it: the echoed state and the answer to the
+        // input request (the SDK's elicitation handler accepted the URL).
         params["requestState"] = json!(s);
+        params["inputResponses"] = json!({"github_connect": {"action": "accept"}});
     }
     json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": params})
 }
@@ -121,8 +124,9 @@ async fn input_required_for_2026_client_and_retry_with_request_state() {
     assert!(done.to_string().contains("You are alice"), "{done}");
     let forwarded = proxy.backend().requests().pop().unwrap();
     assert!(
-        !forwarded.body.contains("requestState"),
-        "the gateway's own state is not the backend's business"
+        !forwarded.body.contains("requestState") && !forwarded.body.contains("inputResponses"),
+        "the gateway's own state and the answer to its own input request are not the backend's business: {}",
+        forwarded.body
     );
 }
 
@@ -173,7 +177,8 @@ async fn no_url_elicitation_for_a_2026_client_that_did_not_declare_it() {
     alice.withdraw_agent(&proxy).await;
     let (_, msg) = alice.mcp.request(whoami_2026(false, None)).await;
     assert_eq!(msg["result"]["isError"], true, "{msg}");
-    assert!(msg["result"].get("resultType").is_none());
+    // A complete result, as 2026-07-28 requires it to say; never input_required.
+    assert_eq!(msg["result"]["resultType"], "complete", "{msg}");
     assert!(!msg.to_string().contains("-32042"));
 }
 

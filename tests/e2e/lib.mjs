@@ -316,6 +316,14 @@ export class BrowserOAuthProvider {
     saveCodeVerifier(verifier) {
         this._codeVerifier = verifier;
     }
+    // SDK v2 (SEP-2352): the discovery state is kept with the code verifier, so the callback
+    // leg can be checked against the authorization server the flow started with.
+    saveDiscoveryState(state) {
+        this._discoveryState = state;
+    }
+    discoveryState() {
+        return this._discoveryState;
+    }
     codeVerifier() {
         if (!this._codeVerifier) {
             throw new Error('No code verifier saved');

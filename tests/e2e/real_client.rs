@@ -439,6 +439,114 @@ async fn official_typescript_sdk_client_completes_oauth_and_calls_a_tool() {
     assert_png(&shot);
 }
 
+/// The requirement for 2026-07-28: the official TypeScript SDK v2 client, pinned to
+/// 2026-07-28, completes OAuth through the proxy in Chromium and calls a tool statelessly; after
+/// the person stops the agent from using GitHub, its call meets the connect link as an
+/// `input_required` URL request, the person completes it in the browser, and the SDK's own
+/// retry with the `requestState` succeeds. The backend saw the 2026-07-28 routing headers
+/// unchanged and consistent with each body (the demo backend refuses a mismatch with -32020).
+#[tokio::test]
+async fn typescript_sdk_v2_on_2026_07_28_completes_oauth_and_retries_after_a_connect_link() {
+    if !prerequisites_present(
+        "typescript_sdk_v2_on_2026_07_28_completes_oauth_and_retries_after_a_connect_link",
+    ) {
+        return;
+    }
+    let proxy = TestProxy::start_with(Options {
+        backend: true,
+        ..Default::default()
+    })
+    .await;
+    let mcp_url = proxy.url("/mcp");
+    let run = run_node(
+        "sdk_v2_flow.mjs",
+        &["--mcp-url", &mcp_url, "--login", "alice"],
+    )
+    .await;
+    let r = run.assert_ok("sdk_v2_flow.mjs");
+
+    assert_eq!(r["login"], "alice");
+    assert!(str_list(&r["tools"]).contains(&"whoami"), "{}", r["tools"]);
+    for field in ["whoami", "whoami_after_link"] {
+        let text = r[field].as_str().unwrap();
+        assert!(text.contains("You are alice on GitHub"), "{field}: {text}");
+    }
+    assert_eq!(r["authorize_resource"], mcp_url.as_str());
+    assert_eq!(r["callback_iss"], proxy.base.as_str());
+    assert_eq!(r["elicitation"]["mode"], "url");
+    let link = r["elicitation"]["url"].as_str().unwrap();
+    assert!(link.starts_with(&proxy.url("/connect/")), "{link}");
+
+    // Every /mcp request was 2026-07-28, stateless, with the method mirrored in its header.
+    let http = r["http"].as_array().unwrap();
+    let mcp: Vec<&Value> = http
+        .iter()
+        .filter(|e| e["path"] == "/mcp" && e["rpc_method"].is_string())
+        .collect();
+    assert!(
+        mcp.iter()
+            .any(|e| e["rpc_method"] == "server/discover" && e["status"] == 200),
+        "{mcp:?}"
+    );
+    for e in &mcp {
+        if e["status"] == 401 {
+            continue;
+        }
+        assert_eq!(e["protocol_version"], "2026-07-28", "{e}");
+        assert_eq!(e["mcp_method"], e["rpc_method"], "{e}");
+        assert!(e["session_id"].is_null(), "{e}");
+    }
+    // The refused call, then the SDK's own retry with the requestState.
+    let calls = r["calls_after_withdrawal"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0]["result_type"], "input_required", "{calls:?}");
+    assert_eq!(calls[0]["declares_url_elicitation"], true, "{calls:?}");
+    assert_eq!(calls[0]["has_request_state"], false, "{calls:?}");
+    assert_eq!(calls[1]["has_request_state"], true, "{calls:?}");
+    assert_eq!(calls[1]["status"], 200, "{calls:?}");
+    for c in calls {
+        assert_eq!(c["mcp_name"], "whoami", "{c}");
+    }
+
+    // The backend got the same 2026-07-28 headers, consistent with the bodies it was sent, and
+    // never our requestState or a proxy token.
+    let backend = proxy.backend().requests();
+    let tool_calls: Vec<_> = backend
+        .iter()
+        .filter(|q| q.body.contains("\"tools/call\""))
+        .collect();
+    assert_eq!(
+        tool_calls.len(),
+        2,
+        "the refused call never reached it: {backend:?}"
+    );
+    for q in &backend {
+        assert_eq!(
+            q.header("mcp-protocol-version"),
+            Some("2026-07-28"),
+            "{q:?}"
+        );
+        let body: Value = serde_json::from_str(&q.body).unwrap();
+        assert_eq!(q.header("mcp-method"), body["method"].as_str(), "{q:?}");
+        if body["method"] == "tools/call" {
+            assert_eq!(
+                q.header("mcp-name"),
+                body["params"]["name"].as_str(),
+                "{q:?}"
+            );
+            assert!(body["params"].get("requestState").is_none(), "{q:?}");
+        }
+        let all = format!("{:?}{}", q.headers, q.body);
+        assert!(!all.contains("mcpat_") && !all.contains("mcprt_"), "{all}");
+    }
+    let events = audit(&proxy).await;
+    assert_eq!(
+        count_events(&events, "connect_link_completed"),
+        1,
+        "{events:?}"
+    );
+}
+
 /// The consent page in a real browser: Chromium shows the untrusted name as text and the exact
 /// destination, stores the proxy's cookies with exactly the `__Host-` attributes (CSRF cookie on
 /// the page, flow cookie only after Approve, session after GitHub), refuses to render the page

@@ -706,6 +706,29 @@ async fn stateless_2026_checks_mirrored_headers_and_has_no_sessions() {
     let bad = post_2026(&w.backend, &token, BOTH, Some("ping"), None, &note).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
 
+    // server/discover answers what initialize told older clients.
+    let discover = rpc(4, "server/discover", json!({}));
+    let resp = post_2026(
+        &w.backend,
+        &token,
+        BOTH,
+        Some("server/discover"),
+        None,
+        &discover,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let found = resp.json::<Value>().await.unwrap();
+    assert_eq!(
+        found["result"]["supportedVersions"],
+        json!([V2026]),
+        "{found}"
+    );
+    assert!(
+        found["result"]["capabilities"]["tools"].is_object(),
+        "{found}"
+    );
+
     // No initialize, unknown methods are 404, GET and DELETE are 405.
     let init = rpc(3, "initialize", json!({"protocolVersion": V2026}));
     let resp = post_2026(&w.backend, &token, BOTH, Some("initialize"), None, &init).await;
@@ -935,7 +958,10 @@ async fn prefer_sse_answers_requests_over_sse_when_accepted() {
     )
     .await;
     let mut sse = SseReader::new(resp);
-    assert_eq!(sse.next_message().await.1["result"], json!({}));
+    assert_eq!(
+        sse.next_message().await.1["result"],
+        json!({"resultType": "complete"})
+    );
     eventually("completed streams", || {
         w.backend.completed_streams() == 1 && plain.backend.completed_streams() == 1
     })

@@ -266,7 +266,12 @@ fn slow_count_args(args: &Value) -> Result<SlowCount, RpcError> {
 
 /// The `slow_count` result.
 pub(crate) fn slow_count_result(count: u64) -> Value {
-    json!({"content": [{"type": "text", "text": format!("counted to {count}")}]})
+    // `resultType` is 2026-07-28's (required there); earlier revisions ignore the field, and
+    // this result is also sent from the stream task, which does not know the revision.
+    json!({
+        "resultType": "complete",
+        "content": [{"type": "text", "text": format!("counted to {count}")}],
+    })
 }
 
 /// `notifications/progress` for tick `i` of `count`.

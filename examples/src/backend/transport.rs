@@ -243,6 +243,8 @@ struct Replier {
     sse: bool,
     event_ids: Arc<AtomicU64>,
     extra: Vec<(HeaderName, HeaderValue)>,
+    /// 2026-07-28: every result names its `resultType` (`complete` unless it says otherwise).
+    stateless: bool,
 }
 
 impl Replier {
@@ -253,6 +255,7 @@ impl Replier {
             sse,
             event_ids,
             extra: Vec::new(),
+            stateless: false,
         }
     }
 
@@ -268,7 +271,14 @@ impl Replier {
         resp
     }
 
-    fn result(self, id: &Value, result: Value) -> Response {
+    fn result(self, id: &Value, mut result: Value) -> Response {
+        if self.stateless
+            && let Some(fields) = result.as_object_mut()
+        {
+            fields
+                .entry("resultType")
+                .or_insert_with(|| Value::from("complete"));
+        }
         self.send(json!({"jsonrpc": "2.0", "id": id, "result": result}))
     }
 
@@ -372,7 +382,8 @@ async fn post_stateless(
         return StatusCode::ACCEPTED.into_response();
     }
     // No session: event ids only need to be unique within this stream.
-    let replier = Replier::new(&app, headers, Arc::new(AtomicU64::new(0)));
+    let mut replier = Replier::new(&app, headers, Arc::new(AtomicU64::new(0)));
+    replier.stateless = true;
     let caller = Caller {
         version: Version::Stateless,
         relay: Relay::for_stateless(params),
@@ -567,7 +578,29 @@ async fn dispatch(
     }
     match method {
         "ping" => replier.result(id, json!({})),
-        "tools/list" => replier.result(id, tools::list()),
+        // 2026-07-28's connect-time probe (what a client pinned to it sends first): the
+        // versions and capabilities `initialize` told older clients, never cached for others.
+        "server/discover" if caller.version == Version::Stateless => replier.result(
+            id,
+            json!({
+                "supportedVersions": [STATELESS_VERSION],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "mcp-oauth-proxy demo backend", "version": "0.1.0"},
+                "instructions": "Tools: whoami, list_repos, slow_count.",
+                "ttlMs": 0,
+                "cacheScope": "private",
+            }),
+        ),
+        "tools/list" => {
+            let mut list = tools::list();
+            if caller.version == Version::Stateless {
+                // 2026-07-28 list results say how long they may be cached, and by whom: not
+                // at all here, the tools answer per person.
+                list["ttlMs"] = json!(0);
+                list["cacheScope"] = json!("private");
+            }
+            replier.result(id, list)
+        }
         "tools/call" => match tools::call(&app, token, params).await {
             Outcome::Result(result) => replier.result(id, result),
             Outcome::Error(err) => replier.error(id, &err),

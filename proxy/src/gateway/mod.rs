@@ -444,7 +444,8 @@ struct Kept {
     headers: HeaderMap,
 }
 
-/// The body without our own `requestState` (parsed and re-serialized only in that case).
+/// The body without our own `requestState` and the answer to our own input request in
+/// `inputResponses` (the backend asked for neither); parsed and re-serialized only then.
 fn own_state_stripped(body: &Bytes, inbound: &Inbound) -> Option<Bytes> {
     if !inbound
         .request_state
@@ -454,7 +455,17 @@ fn own_state_stripped(body: &Bytes, inbound: &Inbound) -> Option<Bytes> {
         return None;
     }
     let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    v.get_mut("params")?.as_object_mut()?.remove("requestState");
+    let params = v.get_mut("params")?.as_object_mut()?;
+    params.remove("requestState");
+    if let Some(responses) = params
+        .get_mut("inputResponses")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        responses.remove(refusal::INPUT_KEY);
+        if responses.is_empty() {
+            params.remove("inputResponses");
+        }
+    }
     serde_json::to_vec(&v).ok().map(Bytes::from)
 }
 

@@ -6,6 +6,10 @@
 
 use serde_json::{Value, json};
 
+/// The key of the gateway's own input request in an `input_required` result (and of its
+/// answer in the retry's `inputResponses`, which the backend never asked for).
+pub const INPUT_KEY: &str = "github_connect";
+
 use super::ClientContext;
 use super::jsonrpc::Version;
 
@@ -48,16 +52,19 @@ pub fn tools_call(r: &Refusal<'_>, ctx: ClientContext, request_state: Option<&st
             "result": {
                 "resultType": "input_required",
                 "inputRequests": {
-                    "github_connect": {"method": "elicitation/create", "params": {"mode": "url", "url": r.url, "message": r.message}}
+                    INPUT_KEY: {"method": "elicitation/create", "params": {"mode": "url", "url": r.url, "message": r.message}}
                 },
                 "requestState": state
             }
         }),
-        _ => json!({
-            "jsonrpc": "2.0",
-            "id": id_value(r.id),
-            "result": {"content": [{"type": "text", "text": format!("{} {}", r.message, r.url)}], "isError": true}
-        }),
+        _ => {
+            let mut result = json!({"content": [{"type": "text", "text": format!("{} {}", r.message, r.url)}], "isError": true});
+            if ctx.version == Version::Stateless {
+                // 2026-07-28 results name their type; SDK v2 refuses one that does not.
+                result["resultType"] = json!("complete");
+            }
+            json!({"jsonrpc": "2.0", "id": id_value(r.id), "result": result})
+        }
     }
 }
 
@@ -139,6 +146,9 @@ mod tests {
                     .contains("https://p.example/connect/abc")
             );
             assert!(!v.to_string().contains("elicitation"));
+            // 2026-07-28 results say they are complete; earlier revisions have no such field.
+            let stateless = ctx.version == Version::Stateless;
+            assert_eq!(v["result"].get("resultType").is_some(), stateless, "{v}");
         }
     }
 }

@@ -24,12 +24,14 @@ struct Claims {
     e: u64,
 }
 
-/// Digest of a call's parameters, ignoring `requestState` and `_meta` (which legitimately
-/// change on the retry).
+/// Digest of a call's parameters, ignoring `requestState`, `inputResponses` and `_meta`
+/// (which legitimately change on the retry: 2026-07-28 clients retry with the answers to the
+/// input requests and the echoed state, on a fresh `_meta` envelope).
 pub fn params_digest(params: Option<&Value>) -> String {
     let mut p = params.cloned().unwrap_or(Value::Null);
     if let Some(o) = p.as_object_mut() {
         o.remove("requestState");
+        o.remove("inputResponses");
         o.remove("_meta");
     }
     crypto::b64url(&crypto::sha256(p.to_string().as_bytes()))
@@ -121,12 +123,18 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_ignores_meta_and_state_in_the_digest() {
+    fn round_trip_ignores_meta_state_and_input_responses_in_the_digest() {
         let (k, u, c, d) = setup();
         let s = mint(&k, &u, &c, "tools/call", &d, UnixTime(100));
-        let retry = params_digest(Some(
-            &json!({"name": "whoami", "arguments": {}, "requestState": s, "_meta": {"x": 1}}),
-        ));
+        // As a 2026-07-28 client retries: the answers to the input requests, the echoed
+        // state, a fresh `_meta` envelope.
+        let retry = params_digest(Some(&json!({
+            "name": "whoami",
+            "arguments": {},
+            "requestState": s,
+            "inputResponses": {"github_connect": {"action": "accept"}},
+            "_meta": {"x": 1},
+        })));
         assert_eq!(
             check(&k, &s, &u, &c, "tools/call", &retry, UnixTime(101)),
             Ok(())

@@ -374,7 +374,12 @@ fn assert_link_in_tool_error(a: &Answered, what: &str) {
         json!([{"type": "text", "text": LINK_TEXT}]),
         "{what}"
     );
-    assert!(result.get("resultType").is_none(), "{what}: {}", a.raw);
+    // A complete result (2026-07-28 says so explicitly), never input_required.
+    assert!(
+        result.get("resultType").is_none_or(|t| t == "complete"),
+        "{what}: {}",
+        a.raw
+    );
     assert!(!a.raw.contains("32042"), "{what}: {}", a.raw);
     assert!(!a.raw.contains("elicitation"), "{what}: {}", a.raw);
 }
@@ -580,7 +585,7 @@ async fn refusal_to_2026_with_url_elicitation_is_input_required_and_the_retry_su
     raws.push(done.raw.clone());
     assert_eq!(done.msg["result"]["isError"], false, "{}", done.raw);
     assert_eq!(done.msg["result"]["structuredContent"]["login"], "bob");
-    assert!(done.msg["result"].get("resultType").is_none());
+    assert_eq!(done.msg["result"]["resultType"], "complete", "{}", done.raw);
     assert_eq!(w.backend.exchanges().len(), 3);
 
     // Replays, made-up states and a state used for another tool: -32602, nothing exchanged.
@@ -819,7 +824,7 @@ async fn exchange_failures_are_could_not_obtain_github_access() {
         let a = call_2026(&w.backend, "list_repos", Some(url_caps()), None).await;
         assert_eq!(a.msg["result"]["isError"], true, "{what}: {}", a.raw);
         assert_eq!(a.msg["result"]["content"][0]["text"], NO_ACCESS, "{what}");
-        assert!(a.msg["result"].get("resultType").is_none(), "{what}");
+        assert_eq!(a.msg["result"]["resultType"], "complete", "{what}");
         expected.push(recorded.clone());
         expected.push(recorded);
     }
