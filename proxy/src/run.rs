@@ -298,7 +298,11 @@ pub async fn serve_on(
     refusals.abort();
     // Both listeners have stopped: no call can record an upstream action any more, so what
     // the background group commit still holds is all there is; make it durable now.
-    audit.drain_upstream_actions().await;
+    let pending = audit.drain_upstream_actions().await;
+    tracing::info!(
+        events = pending,
+        "pending upstream-action audit events written"
+    );
     // The current minute's anonymous-refusal counts too, before the final flush.
     if let Err(e) = audit.flush_refusals(true).await {
         tracing::error!(error = %e, "writing anonymous refusals at shutdown failed");

@@ -119,15 +119,17 @@ impl Committer {
     }
 
     /// Returns once every event queued before the call is durable (or its commit failed and
-    /// was logged). At once when nothing is outstanding.
-    pub(super) async fn drain(&self) {
-        if self.outstanding.load(Ordering::Acquire) == 0 {
-            return;
+    /// was logged); at once when nothing is outstanding. Returns how many were outstanding.
+    pub(super) async fn drain(&self) -> usize {
+        let outstanding = self.outstanding.load(Ordering::Acquire);
+        if outstanding == 0 {
+            return 0;
         }
         let (tx, rx) = oneshot::channel();
         if self.tx.send(Msg::Drain(tx)).await.is_ok() {
             let _ = rx.await;
         }
+        outstanding
     }
 }
 

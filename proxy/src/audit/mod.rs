@@ -661,10 +661,11 @@ impl Audit {
 
     /// Returns once every upstream-action event recorded before the call is durable (or its
     /// group's failure was logged and counted): at shutdown, after the listeners stop, and
-    /// before the trail is read. At once when none is pending.
-    pub async fn drain_upstream_actions(&self) {
-        if let Some(Some(c)) = self.group.get() {
-            c.drain().await;
+    /// before the trail is read. At once when none is pending. Returns how many were pending.
+    pub async fn drain_upstream_actions(&self) -> usize {
+        match self.group.get() {
+            Some(Some(c)) => c.drain().await,
+            _ => 0,
         }
     }
 
