@@ -24,6 +24,7 @@ mod abuse {
 /// Audit trail, detection alerts, the webhook sink and `audit verify` (issue 6).
 mod audit {
     mod detection;
+    mod group_commit;
     mod support;
     mod trail;
     mod verify;

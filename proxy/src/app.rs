@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::audit::{AlertPolicy, Audit, WebhookConfig};
+use crate::audit::{AlertPolicy, Audit, GroupCommit, WebhookConfig};
 use crate::bindings::admission::AccessPolicy;
 use crate::bindings::backend::BackendConfig;
 use crate::bindings::connect_link::ConnectPolicy;
@@ -52,6 +52,8 @@ pub struct Settings {
     pub alerts: AlertPolicy,
     /// Operator event sink, if configured.
     pub webhook: Option<WebhookConfig>,
+    /// How upstream-action events are made durable in the background.
+    pub group_commit: GroupCommit,
     /// Clients configured ahead of time.
     pub clients: Vec<PreregisteredClient>,
     /// Client ID Metadata Documents.
@@ -163,8 +165,9 @@ impl App {
         let metrics = Metrics::new();
         let store: SharedStore = Arc::new(crate::store::MeteredStore::new(store, metrics.clone()));
         let github = GitHubClient::new(config.github.clone(), &config.github_callback_url())?;
-        let mut audit =
-            Audit::new(store.clone(), clock.clone(), metrics.clone()).with_alerts(&config.alerts);
+        let mut audit = Audit::new(store.clone(), clock.clone(), metrics.clone())
+            .with_alerts(&config.alerts)
+            .with_group_commit(config.group_commit);
         if let Some(hook) = &config.webhook {
             match crate::audit::webhook::Webhook::start(
                 hook.clone(),

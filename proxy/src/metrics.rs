@@ -12,6 +12,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -95,6 +96,10 @@ struct Inner {
     refusal_overflow: Counter,
     rate_limited: Family<EndpointBucketLabels, Counter>,
     store_disk_flushes: Counter,
+    upstream_pending: Gauge,
+    upstream_commits: Family<ResultLabels, Counter>,
+    upstream_committed: Counter,
+    upstream_lost: Counter,
     /// Serializes [`Metrics::store_disk_flushes`] updates (a counter only moves forward).
     disk_flushes_seen: std::sync::Mutex<u64>,
 }
@@ -129,6 +134,22 @@ impl crate::audit::Observer for Metrics {
     }
     fn webhook_dropped(&self) {
         Metrics::webhook_dropped(self);
+    }
+    fn upstream_action_queued(&self) {
+        self.0.upstream_pending.inc();
+    }
+    fn upstream_actions_settled(&self, events: usize) {
+        self.0
+            .upstream_pending
+            .dec_by(i64::try_from(events).unwrap_or(i64::MAX));
+    }
+    fn upstream_actions_committed(&self, events: usize) {
+        self.upstream_commit("ok");
+        self.0.upstream_committed.inc_by(events as u64);
+    }
+    fn upstream_actions_commit_failed(&self, _events: usize, lost: usize) {
+        self.upstream_commit("failed");
+        self.0.upstream_lost.inc_by(lost as u64);
     }
 }
 
@@ -269,6 +290,30 @@ impl Metrics {
             "Flushes of the embedded store to disk (sled: fsyncs of its log); 0 on PostgreSQL",
             store_disk_flushes.clone(),
         );
+        let upstream_pending = Gauge::default();
+        registry.register(
+            "upstream_action_events_pending",
+            "Upstream-action audit events (tools/call outcomes) recorded but not yet durable: what a crash now could lose",
+            upstream_pending.clone(),
+        );
+        let upstream_commits = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "upstream_action_group_commits",
+            "Background group commits of upstream-action audit events: ok or failed (a failed group is tried once more with the next)",
+            upstream_commits.clone(),
+        );
+        let upstream_committed = Counter::default();
+        registry.register(
+            "upstream_action_events_committed",
+            "Upstream-action audit events made durable by the background group commit",
+            upstream_committed.clone(),
+        );
+        let upstream_lost = Counter::default();
+        registry.register(
+            "upstream_action_events_lost",
+            "Upstream-action audit events given up after their group commit failed twice (logged as errors)",
+            upstream_lost.clone(),
+        );
         Metrics(Arc::new(Inner {
             registry,
             requests,
@@ -289,6 +334,10 @@ impl Metrics {
             refusal_overflow,
             rate_limited,
             store_disk_flushes,
+            upstream_pending,
+            upstream_commits,
+            upstream_committed,
+            upstream_lost,
             disk_flushes_seen: std::sync::Mutex::new(0),
         }))
     }
@@ -483,6 +532,15 @@ impl Metrics {
     fn webhook(&self, result: &str) {
         self.0
             .webhooks
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    fn upstream_commit(&self, result: &str) {
+        self.0
+            .upstream_commits
             .get_or_create(&ResultLabels {
                 result: result.to_owned(),
             })

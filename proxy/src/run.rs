@@ -198,8 +198,9 @@ pub async fn bind_exactly(addr: SocketAddr) -> Result<tokio::net::TcpListener, S
 }
 
 /// Serves `app` on the bound `listeners` (over TLS when configured) until `shutdown`; then
-/// both stop accepting, the main one drains within the grace period (see `shutdown.rs`), and
-/// the store is flushed.
+/// both stop accepting, the main one drains within the grace period (see `shutdown.rs`), the
+/// upstream-action events still pending in the group commit are made durable, and the store
+/// is flushed.
 pub async fn serve_on(
     listeners: Listeners,
     prepared: Prepared,
@@ -295,6 +296,13 @@ pub async fn serve_on(
     }
     sweeper.abort();
     refusals.abort();
+    // Both listeners have stopped: no call can record an upstream action any more, so what
+    // the background group commit still holds is all there is; make it durable now.
+    let pending = audit.drain_upstream_actions().await;
+    tracing::info!(
+        events = pending,
+        "pending upstream-action audit events written"
+    );
     // The current minute's anonymous-refusal counts too, before the final flush.
     if let Err(e) = audit.flush_refusals(true).await {
         tracing::error!(error = %e, "writing anonymous refusals at shutdown failed");

@@ -2,7 +2,9 @@
 //! refused), idle connections close, and in-flight requests and streams get the grace period
 //! to finish. At its end every response body still streaming is ended cleanly — the last chunk
 //! is written, so an SSE client sees a complete response and can resume with `Last-Event-ID`
-//! elsewhere — instead of a reset. SIGHUP reloads the TLS certificate.
+//! elsewhere — instead of a reset. Then (`run::serve_on`) the upstream-action audit events still
+//! waiting in the background group commit are made durable, and the store is flushed. SIGHUP
+//! reloads the TLS certificate.
 
 use std::future::Future;
 use std::sync::Arc;

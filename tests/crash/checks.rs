@@ -4,10 +4,10 @@ use futures_util::StreamExt;
 
 use crate::support::Pkce;
 
-use super::Rng;
 use super::ctx::{Answer, Ctx};
 use super::model::{AgentState, Consent, Fam, Tok};
 use super::ops::{op_mcp, op_present};
+use super::{Rng, UPSTREAM_LOSS_BOUND};
 
 pub(super) async fn check_client(ctx: &Ctx, c: usize) {
     if ctx.is_hung() {
@@ -368,4 +368,60 @@ pub(super) async fn final_replays(ctx: &Ctx) -> u64 {
         })
         .await;
     ctx.m().stats.checks - before
+}
+
+/// After the kill at `killed` (the process reaped then): every `tools/call` sent before that
+/// kill — so served by the process it killed — and answered more than [`UPSTREAM_LOSS_BOUND`]
+/// before it owes its `upstream_action` event to the trail. Those answered closer to the kill
+/// (or read from the socket after it) may be lost with the last group commit window (issue
+/// 17's decision). Each call is judged once, at the first kill after it was sent; with `look`,
+/// the trail is read and every owed call so far is looked for in it.
+pub(super) async fn check_upstream_actions(ctx: &Ctx, killed: tokio::time::Instant, look: bool) {
+    let owed: Vec<(super::model::Call, std::time::Duration)> = {
+        let mut m = ctx.m();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut m.calls)
+            .into_iter()
+            .partition(|c| c.sent < killed);
+        m.calls = later;
+        for c in due {
+            let age = killed.saturating_duration_since(c.answered);
+            if age > UPSTREAM_LOSS_BOUND {
+                m.stats.upstream_checked += 1;
+                m.owed.push((c, age));
+            } else {
+                m.stats.upstream_exempt += 1;
+            }
+        }
+        if !look || m.owed.is_empty() {
+            return;
+        }
+        std::mem::take(&mut m.owed)
+    };
+    // The newest events first (most owed calls are recent); the whole trail only if one is
+    // not among them.
+    let mut tools = ctx.upstream_tools(true).await;
+    if tools
+        .as_ref()
+        .is_ok_and(|t| owed.iter().any(|(c, _)| !t.contains(&c.tool)))
+    {
+        tools = ctx.upstream_tools(false).await;
+    }
+    match tools {
+        Ok(tools) => {
+            for (c, age) in owed {
+                ctx.checked();
+                if !tools.contains(&c.tool) {
+                    ctx.violation(format!(
+                        "the tools/call {} was answered {} ms before a kill, more than the {} ms the upstream-action commit window (plus margin) allows, and its upstream_action event is not in the trail after the restart",
+                        c.tool,
+                        age.as_millis(),
+                        UPSTREAM_LOSS_BOUND.as_millis()
+                    ));
+                }
+            }
+        }
+        Err(why) => ctx.violation(format!(
+            "the audit trail could not be read through the admin API after a restart: {why}"
+        )),
+    }
 }

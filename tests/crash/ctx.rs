@@ -69,6 +69,8 @@ impl Answer for Resp {
 pub(super) struct Ctx {
     pub(super) http: reqwest::Client,
     pub(super) base: String,
+    /// The admin listener's base URL (its audit export is where the trail is read).
+    pub(super) admin: String,
     pub(super) model: Mutex<Model>,
     pub(super) gate: RwLock<()>,
     pub(super) stop: AtomicBool,
@@ -237,23 +239,81 @@ impl Ctx {
         self.finish(r, None).await
     }
 
-    /// An MCP `initialize` with `token`: 503 (no backend) means accepted, 401 refused.
+    /// A stateless (2026-07-28) MCP `tools/call` with `token`, of a tool named uniquely for
+    /// this call: 200 means accepted (forwarded to the demo backend, which answers an unknown
+    /// tool with a JSON-RPC error), 401 refused. An accepted call is remembered with the
+    /// moment its answer was read, to look for its `upstream_action` event after the next kill.
     pub(super) async fn mcp(&self, token: &str) -> Out<u16> {
-        self.m().stats.mcp_calls += 1;
+        let sent = tokio::time::Instant::now();
+        let tool = {
+            let mut m = self.m();
+            m.stats.mcp_calls += 1;
+            format!("crash_{}", m.stats.mcp_calls)
+        };
         let body = json!({
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                       "clientInfo": {"name": "crash-test", "version": "1"}}
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": tool, "arguments": {},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}
         });
         let r = self
             .http
             .post(self.url("/mcp"))
             .bearer_auth(token)
             .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", &tool)
             .json(&body)
             .send()
             .await;
-        self.finish(r, None).await.map(|r| r.status)
+        let status = self.finish(r, None).await?.status;
+        if status == 200 {
+            let answered = tokio::time::Instant::now();
+            self.m().calls.push(super::model::Call {
+                tool,
+                sent,
+                answered,
+            });
+        }
+        Ok(status)
+    }
+
+    /// The tools named by the `upstream_action` events of the stored trail, read through the
+    /// admin API (from the client side, over HTTP, like every other check): its newest 10 000
+    /// events (`tail`) with `newest`, else the whole trail (`export`).
+    pub(super) async fn upstream_tools(
+        &self,
+        newest: bool,
+    ) -> Result<std::collections::HashSet<String>, String> {
+        let path = if newest {
+            "/admin/api/audit/tail?limit=10000"
+        } else {
+            "/admin/api/audit/export"
+        };
+        let r = self
+            .http
+            .get(format!("{}{path}", self.admin))
+            .bearer_auth(super::server::ADMIN_TOKEN)
+            .timeout(std::time::Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(|e| reason(&e))?;
+        if r.status() != 200 {
+            return Err(format!("{path} answered {}", r.status()));
+        }
+        let text = r.text().await.map_err(|e| reason(&e))?;
+        let records: Vec<Value> = if newest {
+            serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?
+        } else {
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .collect()
+        };
+        Ok(records
+            .into_iter()
+            .filter(|rec| rec["kind"] == "upstream_action")
+            .filter_map(|rec| rec["event"]["tool"].as_str().map(str::to_owned))
+            .collect())
     }
 
     pub(super) fn authorize_url(

@@ -11,13 +11,20 @@
 //! 3. nothing revoked is honoured after its revocation response (`/revoke` of a refresh or an
 //!    access token, the account page's "revoke", reuse detection, a replayed code);
 //! 4. every client confirmed registered (201) is still known;
-//! 5. every access token confirmed issued and not revoked is still accepted at `/mcp` (no
-//!    `[backend]`: 503 = accepted, 401 = refused), every refresh token confirmed current still
+//! 5. every access token confirmed issued and not revoked is still accepted at `/mcp` (a
+//!    `tools/call` to the demo backend: 200 = accepted, 401 = refused), every refresh token
+//!    confirmed current still
 //!    rotates, every consent confirmed (a redirect with a code) is still remembered, every code
 //!    confirmed to a client can still be redeemed once;
 //! 6. the server comes up within a bound every time (also after a kill during its start-up),
 //!    completes a write right away, keeps completing them (a server whose requests that write
-//!    hang while its metadata still answers is reported), and never logs a panic or an error.
+//!    hang while its metadata still answers is reported), and never logs a panic or an error;
+//! 7. upstream-action events are not security state (issue 17): a crash may lose the last
+//!    group-commit window of them, no more. Every `tools/call` sent before a kill and answered
+//!    more than [`UPSTREAM_LOSS_BOUND`] before it has its `upstream_action` event (its tool is
+//!    named uniquely per call) in the trail after the restart, read through the admin API
+//!    every [`UPSTREAM_LOOK_EVERY`] kills and at the end. Before the final kill the load has
+//!    been quiet for that long, so the final pass owes every call sent since the kill before.
 //!
 //! A request whose response was not received is unconfirmed: neither success nor failure. A
 //! request whose TCP connection was refused never reached the server and changed nothing.
@@ -40,6 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mcp_examples::backend::{BackendConfig, DemoBackend};
 use mcp_examples::{FakeGitHub, FakeGitHubConfig};
 use tokio::sync::RwLock;
 use tokio::time::{Instant, sleep, timeout};
@@ -51,7 +59,7 @@ mod model;
 mod ops;
 mod server;
 
-use checks::{check_pass, final_replays};
+use checks::{check_pass, check_upstream_actions, final_replays};
 use ctx::Ctx;
 use load::worker;
 use model::{Fam, Model};
@@ -77,6 +85,24 @@ const FINAL_BOUND: Duration = Duration::from_secs(90);
 const CODE_FRESH: Duration = Duration::from_secs(45);
 /// People at the fake GitHub.
 const LOGINS: [&str; 3] = ["alice", "bob", "mallory"];
+/// The proxy's `[audit] upstream_action_commit_ms` in this test (its default, set explicitly).
+const UPSTREAM_COMMIT_WINDOW: Duration = Duration::from_millis(10);
+/// How long before a kill a `tools/call` may have been answered and still lose its event: the
+/// commit window, plus the group's write and flush, plus scheduling. The event is queued
+/// before the answer's last byte leaves, so its group is due at most one window after the
+/// answer; what remains is how late the committer runs and how long its flush takes. On this
+/// shared 2-core machine under the test's load (8 clients, every write of theirs an fsync,
+/// plus the build and other tests beside it), flushes take milliseconds to tens of them and
+/// a task may wait a few hundred milliseconds for a core; 500 ms covers that with room, and
+/// is shorter than the check pass and load between kills (the pass alone takes 0.4–2 s), so
+/// most calls are owed at their kill, not only those of the quiet end.
+const UPSTREAM_MARGIN: Duration = Duration::from_millis(500);
+/// The trail is read for owed upstream-action events after every this many kills.
+const UPSTREAM_LOOK_EVERY: usize = 8;
+/// [`UPSTREAM_COMMIT_WINDOW`] plus [`UPSTREAM_MARGIN`].
+const UPSTREAM_LOSS_BOUND: Duration = Duration::from_millis(
+    UPSTREAM_COMMIT_WINDOW.as_millis() as u64 + UPSTREAM_MARGIN.as_millis() as u64,
+);
 
 /// SplitMix64: enough for choosing moments and operations reproducibly.
 struct Rng(u64);
@@ -164,14 +190,33 @@ async fn crash_test(bin: PathBuf) {
     ))
     .await
     .unwrap();
+    // The backend outlives every kill of the proxy, like a real one.
+    let backend = DemoBackend::start(BackendConfig {
+        github_api_url: github.api_url(),
+        prefer_sse: false,
+    })
+    .await
+    .unwrap();
     let port = stable_port(&mut rng);
+    let admin_port = loop {
+        let p = stable_port(&mut rng);
+        if p != port {
+            break p;
+        }
+    };
     let base = format!("http://127.0.0.1:{port}");
     github.set_callback_url(&format!("{base}/callback/github"));
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("proxy.toml");
     std::fs::write(
         &config,
-        config_toml(port, &github, &dir.path().join("store")),
+        config_toml(
+            port,
+            admin_port,
+            &backend.url(),
+            &github,
+            &dir.path().join("store"),
+        ),
     )
     .unwrap();
 
@@ -186,6 +231,7 @@ async fn crash_test(bin: PathBuf) {
     let ctx = Arc::new(Ctx {
         http: http.clone(),
         base: base.clone(),
+        admin: format!("http://127.0.0.1:{admin_port}"),
         model: Mutex::new(Model::default()),
         gate: RwLock::new(()),
         stop: AtomicBool::new(false),
@@ -209,6 +255,7 @@ async fn crash_test(bin: PathBuf) {
             m.stats.codes_redeemed + m.stats.refreshes
         };
         kill(&mut server, &ctx);
+        let killed = Instant::now();
         healthy = start(&mut server, &ctx, &mut rng).await;
         if !healthy {
             break;
@@ -216,6 +263,10 @@ async fn crash_test(bin: PathBuf) {
         let pass_started = Instant::now();
         let checks = {
             let _exclusive = ctx.gate.write().await;
+            // The trail is read every few restarts (and at the end): reading it costs more
+            // as it grows, and an event durable at one kill is still there at the next.
+            let look = cycle % UPSTREAM_LOOK_EVERY == 0;
+            check_upstream_actions(&ctx, killed, look).await;
             timeout(PASS_BOUND, check_pass(&ctx, false, &mut rng)).await
         };
         healthy = still_serving(&ctx, &mut server, checks.is_err()).await;
@@ -244,14 +295,22 @@ async fn crash_test(bin: PathBuf) {
     }
     let mut full = 0;
     let mut final_ms = 0;
+    let mut final_kill = None;
     if healthy {
+        // Quiet for longer than a lost upstream action may be old: the final pass owes every
+        // call's event.
+        sleep(UPSTREAM_LOSS_BOUND + Duration::from_millis(100)).await;
         kill(&mut server, &ctx);
+        final_kill = Some(Instant::now());
         healthy = start(&mut server, &ctx, &mut rng).await;
     }
     if healthy {
         let final_started = Instant::now();
         let checked = {
             let _exclusive = ctx.gate.write().await;
+            if let Some(killed) = final_kill {
+                check_upstream_actions(&ctx, killed, true).await;
+            }
             timeout(FINAL_BOUND, async {
                 check_pass(&ctx, true, &mut rng).await + final_replays(&ctx).await
             })
@@ -281,7 +340,7 @@ async fn crash_test(bin: PathBuf) {
         .filter(|f| matches!(f.state, Fam::Revoked(_)))
         .count();
     eprintln!(
-        "crash test summary: binary {}, seed {seed}, {concurrency} concurrent clients\n  kills: {} (the last one after the load stopped) + {} during start-up, {} starts, ready in {} ms on average (max {} ms)\n  clients registered {}, consent pages {}, consent skips {}, codes issued {}, codes redeemed {} (= full flows completed), families {} ({live} live and {revoked} revoked before the final replays)\n  refreshes {}, replays of the previous token {}, revocations: refresh {} access {} account page {}, reuse detected {}, redeemed codes presented again and refused {}\n  /mcp calls {}, checks {} ({full} in the final pass, {final_ms} ms), requests not sent {}, lost {} (timed out {})\n  total {} s, violations {}",
+        "crash test summary: binary {}, seed {seed}, {concurrency} concurrent clients\n  kills: {} (the last one after the load stopped) + {} during start-up, {} starts, ready in {} ms on average (max {} ms)\n  clients registered {}, consent pages {}, consent skips {}, codes issued {}, codes redeemed {} (= full flows completed), families {} ({live} live and {revoked} revoked before the final replays)\n  refreshes {}, replays of the previous token {}, revocations: refresh {} access {} account page {}, reuse detected {}, redeemed codes presented again and refused {}\n  /mcp calls {} (tools/calls whose event was looked for in the trail after a kill {}, answered within {} ms of a kill {}), checks {} ({full} in the final pass, {final_ms} ms), requests not sent {}, lost {} (timed out {})\n  total {} s, violations {}",
         server.bin.display(),
         s.kills,
         s.startup_kills,
@@ -302,6 +361,9 @@ async fn crash_test(bin: PathBuf) {
         s.reuse_detected,
         s.codes_replayed,
         s.mcp_calls,
+        s.upstream_checked,
+        UPSTREAM_LOSS_BOUND.as_millis(),
+        s.upstream_exempt,
         s.checks,
         s.not_sent,
         s.lost,
@@ -326,5 +388,9 @@ async fn crash_test(bin: PathBuf) {
     assert!(
         s.codes_redeemed > 0 && s.refreshes > 0,
         "the load did nothing"
+    );
+    assert!(
+        s.upstream_checked > 0,
+        "no tools/call was checked against the trail"
     );
 }

@@ -93,6 +93,17 @@ pub(super) struct Family {
     pub(super) checks: u32,
 }
 
+/// A `tools/call` the proxy answered (200): its `upstream_action` event, named by its unique
+/// tool, must be in the trail after the first kill after it was sent, unless it was answered
+/// within [`super::UPSTREAM_LOSS_BOUND`] of that kill.
+pub(super) struct Call {
+    pub(super) tool: String,
+    /// Before the request was sent: a call sent before a kill was served by the process
+    /// killed then (or by none), one sent after it by a later one.
+    pub(super) sent: Instant,
+    pub(super) answered: Instant,
+}
+
 #[derive(Default, Debug)]
 pub(super) struct Stats {
     pub(super) registrations: u64,
@@ -108,6 +119,10 @@ pub(super) struct Stats {
     pub(super) reuse_detected: u64,
     pub(super) codes_replayed: u64,
     pub(super) mcp_calls: u64,
+    /// Answered `tools/call`s whose event was looked for in the trail after a kill.
+    pub(super) upstream_checked: u64,
+    /// ... and those answered too close to a kill for their event to be owed.
+    pub(super) upstream_exempt: u64,
     pub(super) checks: u64,
     pub(super) not_sent: u64,
     pub(super) lost: u64,
@@ -131,6 +146,13 @@ pub(super) struct Model {
     pub(super) violations: Vec<String>,
     /// Why operations' answers were lost, and how often.
     pub(super) lost_reasons: BTreeMap<String, u64>,
+    /// Answered `tools/call`s not yet judged against a kill.
+    pub(super) calls: Vec<Call>,
+    /// Calls judged owed at their kill whose event has not been looked for yet (the trail is
+    /// read every few restarts: an event durable at a kill stays in the trail after later ones),
+    /// with how long before that kill each was answered.
+    pub(super) owed: Vec<(Call, std::time::Duration)>,
+
     pub(super) stats: Stats,
 }
 

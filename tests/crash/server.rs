@@ -110,9 +110,19 @@ pub(super) fn stable_port(rng: &mut Rng) -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// The admin API's token in the test configuration (the trail is read through its export).
+pub(super) const ADMIN_TOKEN: &str = "crash-test-admin-token-0123456789abcdef";
+
 /// The common binary config ([`crate::support::binary::config_toml`]) with fixed keys, no
-/// refresh grace, and no rate limits.
-pub(super) fn config_toml(port: u16, github: &FakeGitHub, store: &Path) -> String {
+/// refresh grace, no rate limits, the demo backend behind `/mcp`, the admin API on a stable
+/// port, and the upstream-action commit window the checks allow for.
+pub(super) fn config_toml(
+    port: u16,
+    admin_port: u16,
+    backend: &str,
+    github: &FakeGitHub,
+    store: &Path,
+) -> String {
     use base64::Engine as _;
     let key = |n: u8| base64::engine::general_purpose::STANDARD.encode([n; 32]);
     let sections = format!(
@@ -130,14 +140,32 @@ refresh_grace_secs = 0
 # durability, not the rate limiter.
 [rate_limits]
 enabled = false
+
+[backend]
+url = "{backend}"
+auth = "github_token"
+
+[audit]
+upstream_action_commit_ms = {window_ms}
 "#,
+        window_ms = super::UPSTREAM_COMMIT_WINDOW.as_millis(),
         k1 = key(0x11),
         k2 = key(0x22),
         k3 = key(0x33),
         k4 = key(0x44),
         k5 = key(0x55),
     );
-    binary::config_toml(port, github, store, "", &sections)
+    let common = binary::config_toml(port, github, store, "", &sections);
+    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\n";
+    assert!(
+        common.contains(admin),
+        "the common config's [admin] changed"
+    );
+    common.replacen(
+        admin,
+        &format!("[admin]\nlisten = \"127.0.0.1:{admin_port}\"\ntoken = \"{ADMIN_TOKEN}\"\n"),
+        1,
+    )
 }
 
 /// After a check pass: whether the server still completes requests that write to the store.

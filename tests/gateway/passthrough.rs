@@ -113,6 +113,8 @@ async fn tools_call_outcome_is_audited_without_arguments() {
         )
         .await;
     assert_eq!(status, 200);
+    // The event is group-committed in the background (not security state); it was queued
+    // before the answer's last byte, and `Audit::all` drains the queue first, so no polling.
     let events = proxy.app.audit.all().await.unwrap();
     let action = events
         .iter()

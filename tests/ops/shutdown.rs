@@ -192,3 +192,46 @@ path = {store:?}
     );
     drop(slow);
 }
+
+/// A graceful stop writes the upstream-action events still waiting in the background group
+/// commit: after a clean exit the trail holds every call that was answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_makes_the_pending_upstream_action_events_durable_before_exit() {
+    use mcp_oauth_proxy::clock::SystemClock;
+    use mcp_oauth_proxy::store::{SharedStore, SledStore, audit_log};
+    use std::sync::Arc;
+    // The longest window and a large group: the calls' events are most likely still pending
+    // when the signal arrives (if the machine is slow enough for the window to pass first,
+    // they are durable anyway, and the test still checks that none is missing).
+    let mut b = BesideHelper::start(
+        GRACE.as_secs(),
+        "",
+        "[audit]\nupstream_action_commit_ms = 1000\nupstream_action_commit_events = 10000\n",
+    )
+    .await;
+    let mut mcp = Mcp::for_user(&b.helper, "alice").await;
+    mcp.initialize(false).await;
+    const CALLS: usize = 5;
+    for _ in 0..CALLS {
+        let (status, _) = mcp.call_tool("whoami", json!({})).await;
+        assert_eq!(status, 200);
+    }
+    let status = b.proxy.stop(Duration::from_secs(30)).await;
+    let log = b.proxy.log_text();
+    assert_eq!(status.code(), Some(0), "exit status; log:\n{log}");
+    assert!(
+        log.contains("pending upstream-action audit events written"),
+        "{log}"
+    );
+    let store: SharedStore = Arc::new(SledStore::open(&b.store(), Arc::new(SystemClock)).unwrap());
+    let calls = audit_log::all(store.as_ref())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.kind == "upstream_action" && r.event["tool"] == "whoami")
+        .count();
+    assert_eq!(
+        calls, CALLS,
+        "every answered call is in the trail; log:\n{log}"
+    );
+}

@@ -9,8 +9,10 @@ pub mod detect;
 pub mod request_id;
 mod settings;
 pub use settings::{
-    AlertPolicy, LogConfig, LogFormat, RawAlerts, RawLog, RawWebhook, WebhookConfig,
+    AlertPolicy, GroupCommit, LogConfig, LogFormat, RawAlerts, RawAudit, RawLog, RawWebhook,
+    WebhookConfig,
 };
+mod commit;
 pub mod source;
 pub mod verify;
 pub mod webhook;
@@ -600,6 +602,14 @@ pub trait Observer: Send + Sync + 'static {
     fn webhook_failed(&self);
     /// An event was dropped before delivery (queue full or retries exhausted).
     fn webhook_dropped(&self);
+    /// An upstream-action event was queued for the background group commit (`commit`).
+    fn upstream_action_queued(&self);
+    /// Queued upstream-action events no longer pending: durable, lost, or handed back.
+    fn upstream_actions_settled(&self, events: usize);
+    /// A group of `events` upstream-action events was made durable.
+    fn upstream_actions_committed(&self, events: usize);
+    /// A group commit of `events` failed; `lost` of them had failed before and are given up.
+    fn upstream_actions_commit_failed(&self, events: usize, lost: usize);
 }
 
 /// The audit sink.
@@ -611,6 +621,11 @@ pub struct Audit {
     detector: std::sync::Arc<detect::Detector>,
     webhook: Option<webhook::Webhook>,
     refusals: std::sync::Arc<aggregate::Table>,
+    /// How upstream-action events are group-committed.
+    group_policy: GroupCommit,
+    /// Their committer, started on the first such event (it needs the runtime); `None` inside
+    /// when there was no runtime to start it on: those events are then written one by one.
+    group: std::sync::Arc<std::sync::OnceLock<Option<commit::Committer>>>,
 }
 
 /// Where [`Audit::page`] continues (opaque).
@@ -632,7 +647,38 @@ impl Audit {
             detector: std::sync::Arc::new(detect::Detector::new(&AlertPolicy::default())),
             webhook: None,
             refusals: std::sync::Arc::default(),
+            group_policy: GroupCommit::default(),
+            group: std::sync::Arc::default(),
         }
+    }
+
+    /// Group-commits upstream-action events with this window and bound (`[audit]`).
+    pub fn with_group_commit(mut self, policy: GroupCommit) -> Audit {
+        self.group_policy = policy;
+        self.group = std::sync::Arc::default();
+        self
+    }
+
+    /// Returns once every upstream-action event recorded before the call is durable (or its
+    /// group's failure was logged and counted): at shutdown, after the listeners stop, and
+    /// before the trail is read. At once when none is pending. Returns how many were pending.
+    pub async fn drain_upstream_actions(&self) -> usize {
+        match self.group.get() {
+            Some(Some(c)) => c.drain().await,
+            _ => 0,
+        }
+    }
+
+    fn committer(&self) -> Option<&commit::Committer> {
+        self.group
+            .get_or_init(|| {
+                commit::Committer::start(
+                    self.store.clone(),
+                    self.group_policy,
+                    self.metrics.clone(),
+                )
+            })
+            .as_ref()
     }
 
     /// Uses these alert thresholds.
@@ -749,12 +795,27 @@ impl Audit {
             kind,
             event: json,
         };
-        audit_log::append(self.store.as_ref(), &rec, at.plus(RETENTION_SECS)).await?;
+        // Its place in the trail is taken now, wherever and whenever it is written.
+        let mut entry = audit_log::Entry::new(rec, at.plus(RETENTION_SECS));
+        // An upstream action (a `tools/call` and its outcome) is not security state: it is
+        // made durable by the background group commit, within the configured window, and the
+        // call does not wait for it (issue 17). Every other kind: durable before this returns.
+        if event.kind() == Kind::UpstreamAction
+            && let Some(committer) = self.committer()
+        {
+            let item = commit::Item::new(entry, self.webhook.clone());
+            match committer.enqueue(item, self.metrics.as_ref()).await {
+                Ok(()) => return Ok(()),
+                // The committer is gone (its runtime ended): write it here instead.
+                Err(item) => entry = item.entry,
+            }
+        }
+        audit_log::append(self.store.as_ref(), &entry).await?;
         // Only once the write is durable (inside a batched request, after its final flush):
         // what the webhook sends is always in the trail.
         if let Some(hook) = &self.webhook {
             let hook = hook.clone();
-            crate::store::after_durable(move || hook.offer(&rec));
+            crate::store::after_durable(move || hook.offer(entry.record()));
         }
         Ok(())
     }
@@ -762,6 +823,7 @@ impl Audit {
     /// The newest `limit` stored events, oldest first. Reads window by window from the newest,
     /// so a long trail is not loaded whole to show its end.
     pub async fn recent(&self, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        self.drain_upstream_actions().await;
         let mut out: Vec<AuditRecord> = Vec::new();
         for w in self.windows().rev() {
             if out.len() >= limit {
@@ -795,11 +857,15 @@ impl Audit {
         cursor: Option<&AuditCursor>,
         limit: usize,
     ) -> Result<(Vec<AuditRecord>, Option<AuditCursor>), StoreError> {
+        if cursor.is_none() {
+            self.drain_upstream_actions().await;
+        }
         audit_log::page(self.store.as_ref(), cursor, limit).await
     }
 
     /// All stored events, oldest first.
     pub async fn all(&self) -> Result<Vec<AuditRecord>, StoreError> {
+        self.drain_upstream_actions().await;
         audit_log::all(self.store.as_ref()).await
     }
 }
@@ -856,10 +922,10 @@ pub(crate) mod tests {
 
     /// What the sink reported, one line each (the metrics registry sits above audit).
     #[derive(Clone, Default)]
-    struct Seen(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+    pub(crate) struct Seen(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
     impl Seen {
-        fn count(&self, line: &str) -> usize {
+        pub(crate) fn count(&self, line: &str) -> usize {
             self.0.lock().unwrap().iter().filter(|l| *l == line).count()
         }
         fn push(&self, line: String) {
@@ -880,6 +946,18 @@ pub(crate) mod tests {
         fn webhook_delivered(&self) {}
         fn webhook_failed(&self) {}
         fn webhook_dropped(&self) {}
+        fn upstream_action_queued(&self) {
+            self.push("queued".to_owned());
+        }
+        fn upstream_actions_settled(&self, events: usize) {
+            self.push(format!("settled {events}"));
+        }
+        fn upstream_actions_committed(&self, events: usize) {
+            self.push(format!("committed {events}"));
+        }
+        fn upstream_actions_commit_failed(&self, events: usize, lost: usize) {
+            self.push(format!("failed {events} lost {lost}"));
+        }
     }
 
     /// One value of every variant (the metrics tests count each).
@@ -1160,6 +1238,67 @@ pub(crate) mod tests {
         audit.refused(aggregate::Refusal::RegistrationWrongToken);
         assert_eq!(audit.flush_refusals(false).await.unwrap(), 0);
         assert_eq!(audit.flush_refusals(true).await.unwrap(), 1);
+    }
+
+    /// A `tools/call`'s event is not security state: recording it waits for no flush, and it
+    /// reaches the trail with its group (here: when a reader drains); a security event is
+    /// durable before `record` returns, and both sort where they happened.
+    #[tokio::test(start_paused = true)]
+    async fn an_upstream_action_waits_for_no_flush_while_security_events_stay_durable_on_return() {
+        let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000));
+        let sled = std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
+        let store: SharedStore = sled.clone();
+        let seen = Seen::default();
+        let audit =
+            Audit::new(store.clone(), clock.clone(), seen.clone()).with_group_commit(GroupCommit {
+                window_ms: 1000,
+                max_events: 256,
+            });
+        let flushes = || crate::store::Store::disk_flushes(&*sled).unwrap_or_default();
+        let before = flushes();
+        let call = |tool: &str| AuditEvent::UpstreamAction {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new("c"),
+            tool: tool.to_owned(),
+            outcome: "ok".to_owned(),
+        };
+        audit.record(call("first")).await.unwrap();
+        audit.record(call("second")).await.unwrap();
+        assert_eq!(flushes(), before, "no flush waited for");
+        let stored =
+            |recs: Vec<AuditRecord>| -> Vec<String> { recs.into_iter().map(|r| r.kind).collect() };
+        assert!(
+            audit_log::all(store.as_ref()).await.unwrap().is_empty(),
+            "not written yet: pending in the group"
+        );
+        assert_eq!(seen.count("queued"), 2);
+        assert_eq!(
+            seen.count("event upstream_action"),
+            2,
+            "counted when recorded"
+        );
+        audit
+            .record(AuditEvent::TokenRevoked {
+                client_id: ClientId::new("c"),
+                kind: "access_token",
+            })
+            .await
+            .unwrap();
+        // (Waiting for that flush lets paused time run on, so the group may be durable by
+        // now too; what matters is that the revocation is.)
+        assert!(
+            stored(audit_log::all(store.as_ref()).await.unwrap())
+                .contains(&"token_revoked".to_owned()),
+            "security state: durable on return"
+        );
+        // A reader drains first, and sees the trail in the order things happened.
+        let trail = audit.all().await.unwrap();
+        assert_eq!(
+            stored(trail),
+            ["upstream_action", "upstream_action", "token_revoked"]
+        );
+        assert_eq!(seen.count("committed 2"), 1, "both calls in one group");
+        assert!(flushes() <= before + 2);
     }
 
     #[tokio::test]

@@ -1,5 +1,6 @@
-//! `[log]`, `[alerts]` and `[webhook]`: how audit events are logged, when detection rules
-//! fire, and where operator events are POSTed; each section's validation.
+//! `[audit]`, `[log]`, `[alerts]` and `[webhook]`: how upstream-action events are made
+//! durable, how audit events are logged, when detection rules fire, and where operator events
+//! are POSTed; each section's validation.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -10,6 +11,77 @@ use url::Url;
 
 use crate::ids::WebhookSecret;
 use crate::secrets::{Env, resolve_secret};
+
+/// `[audit]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAudit {
+    upstream_action_commit_ms: u64,
+    upstream_action_commit_events: usize,
+}
+
+impl Default for RawAudit {
+    fn default() -> Self {
+        let d = GroupCommit::default();
+        RawAudit {
+            upstream_action_commit_ms: d.window_ms,
+            upstream_action_commit_events: d.max_events,
+        }
+    }
+}
+
+/// Longest commit window accepted, ms: what a crash may lose stays a moment's worth.
+const MAX_COMMIT_MS: u64 = 1_000;
+/// Most events in one group commit (and in the queue before writers wait).
+const MAX_COMMIT_EVENTS: usize = 10_000;
+
+/// `[audit]`, validated: how upstream-action events (`tools/call` outcomes, not security
+/// state) are made durable in the background, together (`audit::commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommit {
+    /// A group is made durable at most this long after its first event was recorded
+    /// (`upstream_action_commit_ms`): the worst-case loss on a crash.
+    pub window_ms: u64,
+    /// ... or as soon as this many events are pending (`upstream_action_commit_events`); also
+    /// the queue's bound, beyond which recording waits.
+    pub max_events: usize,
+}
+
+impl Default for GroupCommit {
+    fn default() -> Self {
+        GroupCommit {
+            window_ms: 10,
+            max_events: 256,
+        }
+    }
+}
+
+impl GroupCommit {
+    /// Validates `[audit]`, pushing one readable line per problem into `errs`.
+    pub fn from_raw(raw: &RawAudit, errs: &mut Vec<String>) -> GroupCommit {
+        if !(1..=MAX_COMMIT_MS).contains(&raw.upstream_action_commit_ms) {
+            errs.push(format!(
+                "audit.upstream_action_commit_ms: between 1 and {MAX_COMMIT_MS}"
+            ));
+        }
+        if !(1..=MAX_COMMIT_EVENTS).contains(&raw.upstream_action_commit_events) {
+            errs.push(format!(
+                "audit.upstream_action_commit_events: between 1 and {MAX_COMMIT_EVENTS}"
+            ));
+        }
+        GroupCommit {
+            window_ms: raw.upstream_action_commit_ms.clamp(1, MAX_COMMIT_MS),
+            max_events: raw
+                .upstream_action_commit_events
+                .clamp(1, MAX_COMMIT_EVENTS),
+        }
+    }
+
+    /// The window as a duration.
+    pub fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.window_ms)
+    }
+}
 
 /// `[log]`.
 #[derive(Debug, Deserialize, Default)]

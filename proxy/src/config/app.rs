@@ -19,6 +19,7 @@ impl From<Config> for Settings {
             connect: c.connect,
             alerts: c.alerts,
             webhook: c.webhook,
+            group_commit: c.group_commit,
             clients: c.clients,
             cimd: c.cimd,
             registration: c.registration,

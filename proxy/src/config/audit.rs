@@ -1,19 +1,24 @@
-//! `[log]`, `[alerts]` and `[webhook]`, assembled from the audit subsystem's settings
-//! (`audit::settings`, which validates each section).
+//! `[audit]`, `[log]`, `[alerts]` and `[webhook]`, assembled from the audit subsystem's
+//! settings (`audit::settings`, which validates each section).
 
-use crate::audit::{AlertPolicy, LogConfig, RawAlerts, RawLog, RawWebhook, WebhookConfig};
+use crate::audit::{
+    AlertPolicy, GroupCommit, LogConfig, RawAlerts, RawAudit, RawLog, RawWebhook, WebhookConfig,
+};
 use crate::bindings::redirect::is_loopback_host;
 use crate::secrets::Env;
 
-/// The three sections, validated.
+/// The four sections, validated.
 pub(super) struct AuditSections {
+    pub group_commit: GroupCommit,
     pub log: LogConfig,
     pub alerts: AlertPolicy,
     pub webhook: Option<WebhookConfig>,
 }
 
-/// Validates `[log]`, `[alerts]` and `[webhook]`, pushing one readable line per problem.
+/// Validates `[audit]`, `[log]`, `[alerts]` and `[webhook]`, pushing one readable line per
+/// problem.
 pub(super) fn validate(
+    audit: &RawAudit,
     log: &RawLog,
     alerts: &RawAlerts,
     webhook: Option<&RawWebhook>,
@@ -21,6 +26,7 @@ pub(super) fn validate(
     errs: &mut Vec<String>,
 ) -> AuditSections {
     AuditSections {
+        group_commit: GroupCommit::from_raw(audit, errs),
         log: LogConfig::from_raw(log, errs),
         alerts: AlertPolicy::from_raw(alerts, errs),
         webhook: webhook.and_then(|w| WebhookConfig::from_raw(w, env, is_loopback_host, errs)),
@@ -48,6 +54,44 @@ mod tests {
         assert_eq!(c.log.format, LogFormat::Text);
         assert_eq!(c.alerts.wrong_audience_threshold, 10);
         assert!(c.webhook.is_none());
+    }
+
+    #[test]
+    fn the_upstream_action_commit_window_defaults_to_10_ms_and_256_events_and_is_bounded() {
+        let c = load("").unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(c.group_commit.window_ms, 10);
+        assert_eq!(c.group_commit.max_events, 256);
+        let c =
+            load("[audit]\nupstream_action_commit_ms = 250\nupstream_action_commit_events = 1\n")
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(c.group_commit.window_ms, 250);
+        assert_eq!(c.group_commit.max_events, 1);
+        let errs =
+            load("[audit]\nupstream_action_commit_ms = 0\nupstream_action_commit_events = 10001\n")
+                .err()
+                .unwrap_or_default();
+        for needle in [
+            "audit.upstream_action_commit_ms: between 1 and 1000",
+            "audit.upstream_action_commit_events: between 1 and 10000",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.contains(needle)),
+                "{needle}: {errs:?}"
+            );
+        }
+        let errs = load("[audit]\nupstream_action_commit_ms = 1001\n")
+            .err()
+            .unwrap_or_default();
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("audit.upstream_action_commit_ms")),
+            "{errs:?}"
+        );
+        let errs = load("[audit]\ncommit_ms = 5\n").err().unwrap_or_default();
+        assert!(
+            errs.iter().any(|e| e.contains("unknown field `commit_ms`")),
+            "{errs:?}"
+        );
     }
 
     #[test]

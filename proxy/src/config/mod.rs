@@ -29,7 +29,7 @@ pub use crate::store::StoreConfig;
 mod app;
 mod audit;
 mod server;
-pub use crate::audit::{AlertPolicy, LogConfig, LogFormat, WebhookConfig};
+pub use crate::audit::{AlertPolicy, GroupCommit, LogConfig, LogFormat, WebhookConfig};
 mod tls;
 pub use tls::{DEFAULT_SHUTDOWN_GRACE_SECS, TlsFiles};
 
@@ -56,6 +56,8 @@ struct RawConfig {
     backend: Option<crate::bindings::backend::RawBackend>,
     #[serde(default)]
     connect: crate::bindings::connect_link::RawConnect,
+    #[serde(default)]
+    audit: crate::audit::RawAudit,
     #[serde(default)]
     log: crate::audit::RawLog,
     #[serde(default)]
@@ -105,6 +107,8 @@ pub struct Config {
     pub backend: Option<BackendConfig>,
     /// Connect links.
     pub connect: ConnectPolicy,
+    /// `[audit]`: the background group commit of upstream-action events.
+    pub group_commit: GroupCommit,
     /// `[log]`.
     pub log: LogConfig,
     /// `[alerts]`: detection thresholds.
@@ -155,7 +159,14 @@ impl Config {
         let connect = ConnectPolicy::from_raw(&raw.connect, e);
         let allowed_origins = server::allowed_origins(raw.server.as_ref(), e);
         let backend = backend(&raw, env, e);
-        let audit = audit::validate(&raw.log, &raw.alerts, raw.webhook.as_ref(), env, e);
+        let audit = audit::validate(
+            &raw.audit,
+            &raw.log,
+            &raw.alerts,
+            raw.webhook.as_ref(),
+            env,
+            e,
+        );
         let clients = crate::clients::validate_clients(&raw.clients, e);
         let cimd = crate::clients::validate_cimd(&raw.cimd, e);
         let registration = crate::clients::validate_registration(&raw.registration, env, e);
@@ -175,6 +186,7 @@ impl Config {
         match (server.public_url, server.listen, github, store) {
             (Some(public_url), Some(listen), Some(github), Some(store)) if errs.is_empty() => {
                 Ok(Config {
+                    group_commit: audit.group_commit,
                     log: audit.log,
                     alerts: audit.alerts,
                     webhook: audit.webhook,

@@ -134,8 +134,10 @@ pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
                 .layer(limited!(Connect)),
         )
         .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet))
-        // /mcp is not batched: its only usual write is the call's audit event, made while the
-        // answer streams, outside the handler (gateway/forward.rs), which flushes by itself.
+        // /mcp is not batched: its usual write is the call's audit event, made while the answer
+        // streams, outside the handler (gateway/forward.rs), and that is not security state:
+        // the background group commit makes it durable (audit/commit.rs). Its bindings of
+        // security state (sessions, request states) flush by themselves.
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             durable::batch,

@@ -23,20 +23,50 @@ fn next_seq() -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor(String);
 
-/// Appends an event, kept until `expires_at`.
-pub async fn append(
-    store: &dyn Store,
-    rec: &AuditRecord,
+/// An event about to be appended: its place in the trail is fixed when it is made (the
+/// sequence number is taken then), so an event written later, in a group, still sorts where
+/// it happened, and writing it again after a failed attempt replaces itself.
+#[derive(Debug)]
+pub struct Entry {
+    key: String,
+    rec: AuditRecord,
     expires_at: UnixTime,
-) -> Result<(), StoreError> {
-    store
-        .put_json(
-            Keyspace::Audit,
-            &format!("{:020}-{:012}-{}", rec.at.0, next_seq(), rec.id),
+}
+
+impl Entry {
+    /// `rec`, kept until `expires_at`, placed after every event made before it.
+    pub fn new(rec: AuditRecord, expires_at: UnixTime) -> Entry {
+        Entry {
+            key: format!("{:020}-{:012}-{}", rec.at.0, next_seq(), rec.id),
             rec,
-            Some(expires_at),
-        )
+            expires_at,
+        }
+    }
+
+    /// The event.
+    pub fn record(&self) -> &AuditRecord {
+        &self.rec
+    }
+}
+
+/// Appends an event (durable when it returns, or at the end of a batched request).
+pub async fn append(store: &dyn Store, e: &Entry) -> Result<(), StoreError> {
+    store
+        .put_json(Keyspace::Audit, &e.key, &e.rec, Some(e.expires_at))
         .await
+}
+
+/// Appends these events together: durable all at once when it returns (sled: one batch and
+/// one flush; PostgreSQL: one statement). Writing the same entries again is harmless.
+pub async fn append_many(store: &dyn Store, entries: &[&Entry]) -> Result<(), StoreError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let rows = entries
+        .iter()
+        .map(|e| Ok((e.key.clone(), super::encode(&e.rec)?, Some(e.expires_at))))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    store.put_many(Keyspace::Audit, rows).await
 }
 
 /// The stored events of window `w` (times `w * WINDOW_SECS ..` the next), oldest first.

@@ -24,6 +24,41 @@ pub(crate) async fn run(store: Arc<dyn Store>, clock: Arc<ManualClock>) {
     update_retries_a_lost_race_and_gives_up_after_its_attempts(store.clone()).await;
     concurrent_updates_lose_nothing(store.clone()).await;
     held_record_is_written_only_if_unchanged(store.clone()).await;
+    put_many_writes_every_row_and_the_last_value_of_a_repeated_key(store.clone(), clock.clone())
+        .await;
+}
+
+async fn put_many_writes_every_row_and_the_last_value_of_a_repeated_key(
+    s: Arc<dyn Store>,
+    clock: Arc<ManualClock>,
+) {
+    s.put(Keyspace::Audit, "many|0", b"old".to_vec(), None)
+        .await
+        .unwrap();
+    let soon = Some(UnixTime(crate::clock::Clock::now(&*clock).0 + 5));
+    let rows = vec![
+        ("many|0".to_owned(), b"replaced".to_vec(), None),
+        ("many|1".to_owned(), b"first".to_vec(), soon),
+        ("many|2".to_owned(), b"two".to_vec(), None),
+        ("many|1".to_owned(), b"last".to_vec(), soon),
+    ];
+    s.put_many(Keyspace::Audit, rows).await.unwrap();
+    s.put_many(Keyspace::Audit, Vec::new()).await.unwrap();
+    let got: Vec<(String, Vec<u8>, Option<UnixTime>)> = s
+        .scan_prefix(Keyspace::Audit, "many|")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.value, v.expires_at))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("many|0".to_owned(), b"replaced".to_vec(), None),
+            ("many|1".to_owned(), b"last".to_vec(), soon),
+            ("many|2".to_owned(), b"two".to_vec(), None),
+        ]
+    );
 }
 
 async fn take_is_single_use_under_concurrency(s: Arc<dyn Store>) {

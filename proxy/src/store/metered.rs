@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Keyspace, SharedStore, Store, StoreError, Versioned};
+use super::{Keyspace, Row, SharedStore, Store, StoreError, Versioned};
 use crate::clock::UnixTime;
 
 /// Told how long each store operation took.
@@ -112,6 +112,9 @@ impl Store for MeteredStore {
             "scan_page",
             self.inner.scan_page(ks, prefix, after, limit)
         )
+    }
+    async fn put_many(&self, ks: Keyspace, rows: Vec<Row>) -> Result<(), StoreError> {
+        timed!(self, "put_many", self.inner.put_many(ks, rows))
     }
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
         timed!(self, "sweep_expired", self.inner.sweep_expired())

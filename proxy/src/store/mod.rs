@@ -250,6 +250,15 @@ pub trait Store: Send + Sync + 'static {
         rows.truncate(limit);
         Ok(rows)
     }
+    /// Writes these records (key, value, expiry), replacing any, all durable when it returns:
+    /// one atomic batch under one flush on sled, one statement on PostgreSQL. A key given
+    /// twice keeps its last value. The default writes them one by one.
+    async fn put_many(&self, ks: Keyspace, rows: Vec<Row>) -> Result<(), StoreError> {
+        for (key, value, expires_at) in rows {
+            self.put(ks, &key, value, expires_at).await?;
+        }
+        Ok(())
+    }
     /// Deletes expired records; returns how many.
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
     /// Makes all writes so far durable.
@@ -263,6 +272,9 @@ pub trait Store: Send + Sync + 'static {
 
 /// Shared store handle.
 pub type SharedStore = Arc<dyn Store>;
+
+/// One record of [`Store::put_many`]: key, value, expiry.
+pub type Row = (String, Vec<u8>, Option<UnixTime>);
 
 /// Work to run once a batched request's writes are durable (e.g. a webhook delivery, which
 /// must never announce an event that a crash could still lose).

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
-use super::{Keyspace, Store, StoreError, Versioned};
+use super::{Keyspace, Row, Store, StoreError, Versioned};
 use crate::clock::{SharedClock, UnixTime};
 
 /// Versioned schema migrations, applied in order at start (under an advisory lock, so
@@ -372,6 +372,39 @@ impl Store for PgStore {
             .into_iter()
             .map(|r| (r.get(0), versioned(r.get(1), r.get(2))))
             .collect())
+    }
+
+    async fn put_many(&self, ks: Keyspace, rows: Vec<Row>) -> Result<(), StoreError> {
+        // One statement (one commit) for the lot; a key given twice would make the upsert
+        // touch its row twice, which PostgreSQL refuses, so only its last value is sent.
+        let mut last = std::collections::HashMap::with_capacity(rows.len());
+        for (i, (key, _, _)) in rows.iter().enumerate() {
+            last.insert(key.clone(), i);
+        }
+        let mut keys = Vec::with_capacity(last.len());
+        let mut values = Vec::with_capacity(last.len());
+        let mut expiries = Vec::with_capacity(last.len());
+        for (i, (key, value, expires_at)) in rows.into_iter().enumerate() {
+            if last.get(&key) == Some(&i) {
+                keys.push(key);
+                values.push(value);
+                expiries.push(exp(expires_at));
+            }
+        }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.conn()
+            .await?
+            .execute(
+                "INSERT INTO mop_kv (keyspace, key, value, expires_at) \
+                 SELECT $1, k, v, e FROM UNNEST($2::text[], $3::bytea[], $4::int8[]) AS t(k, v, e) \
+                 ON CONFLICT (keyspace, key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at",
+                &[&ks.name(), &keys, &values, &expiries],
+            )
+            .await
+            .map_err(backend)?;
+        Ok(())
     }
 
     async fn sweep_expired(&self) -> Result<u64, StoreError> {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-use super::{Keyspace, Store, StoreError, Versioned};
+use super::{Keyspace, Row, Store, StoreError, Versioned};
 use crate::clock::{SharedClock, UnixTime};
 
 /// sled-backed [`Store`].
@@ -303,6 +303,18 @@ impl Store for SledStore {
             }
         }
         Ok(out)
+    }
+
+    async fn put_many(&self, ks: Keyspace, rows: Vec<Row>) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        for (key, value, expires_at) in rows {
+            batch.insert(key.as_bytes(), pack(&Versioned { value, expires_at }));
+        }
+        self.tree(ks)?.apply_batch(batch).map_err(backend)?;
+        self.durable().await
     }
 
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
