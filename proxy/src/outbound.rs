@@ -96,13 +96,17 @@ pub struct Backend {
     via: Via,
 }
 
+/// hyper's client and the backend URL it was built for, parsed once.
+#[derive(Clone)]
+struct Direct {
+    client: HyperClient<HttpConnector, Full<Bytes>>,
+    uri: http::Uri,
+}
+
 #[derive(Clone)]
 enum Via {
     /// hyper's pooled HTTP/1.1 client: a plain `http://` backend with no proxy.
-    Hyper {
-        client: HyperClient<HttpConnector, Full<Bytes>>,
-        uri: http::Uri,
-    },
+    Hyper(Box<Direct>),
     /// reqwest: TLS or a proxy from the environment.
     Reqwest(reqwest::Client),
 }
@@ -110,7 +114,7 @@ enum Via {
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let via = match self.via {
-            Via::Hyper { .. } => "hyper",
+            Via::Hyper(_) => "hyper",
             Via::Reqwest(_) => "reqwest",
         };
         f.debug_struct("Backend")
@@ -136,7 +140,7 @@ pub fn backend(url: &Url, connect_timeout: Duration) -> Result<Backend, String> 
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(BACKEND_POOL_IDLE)
             .build(connector);
-        Via::Hyper { client, uri }
+        Via::Hyper(Box::new(Direct { client, uri }))
     } else {
         let client = builder()
             .connect_timeout(connect_timeout)
@@ -155,7 +159,7 @@ pub fn backend(url: &Url, connect_timeout: Duration) -> Result<Backend, String> 
 impl Backend {
     /// Whether requests go through hyper's own pool (a plain, unproxied `http://` backend).
     pub fn is_direct(&self) -> bool {
-        matches!(self.via, Via::Hyper { .. })
+        matches!(self.via, Via::Hyper(_))
     }
 
     /// Sends one request to the backend URL; the answer's body streams.
@@ -166,7 +170,8 @@ impl Backend {
         body: Bytes,
     ) -> Result<BackendResponse, BackendError> {
         match &self.via {
-            Via::Hyper { client, uri } => {
+            Via::Hyper(direct) => {
+                let Direct { client, uri } = &**direct;
                 headers.insert(
                     http::header::USER_AGENT,
                     HeaderValue::from_static(USER_AGENT),
