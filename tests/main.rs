@@ -77,6 +77,7 @@ mod hygiene;
 
 mod gateway {
     mod auth;
+    mod hot_path;
     mod passthrough;
     mod sessions;
     mod streaming;

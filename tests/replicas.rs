@@ -286,3 +286,101 @@ async fn integration_suite_passes_on_postgres() {
         "{summary}"
     );
 }
+
+/// Two replicas, each with the demo backend behind its `/mcp` (one fake GitHub for both).
+async fn pair_with_backends() -> Option<(TestProxy, TestProxy)> {
+    if !postgres_available().await {
+        return None;
+    }
+    let a = TestProxy::start_with(Options {
+        postgres: true,
+        backend: true,
+        ..Options::default()
+    })
+    .await;
+    let b = TestProxy::start_with(Options {
+        replica_of: Some(a.replica.clone()),
+        backend: true,
+        ..Options::default()
+    })
+    .await;
+    Some((a, b))
+}
+
+/// The text of a `tools/call` answer that is a connect-link refusal.
+fn refusal_text(msg: &serde_json::Value) -> Option<&str> {
+    (msg["result"]["isError"] == true)
+        .then(|| msg["result"]["content"][0]["text"].as_str())
+        .flatten()
+        .filter(|t| t.contains("/connect/"))
+}
+
+/// `/mcp` caches none of its checks: what one replica withdraws or revokes (the agent's
+/// allowance, the person's GitHub grant, the access token) is honoured by the very next
+/// `tools/call` on the other.
+#[tokio::test]
+async fn mcp_on_one_replica_honours_at_once_what_the_other_withdrew_or_revoked() {
+    use crate::support::mcp::Mcp;
+    use crate::support::people::Person;
+    use serde_json::json;
+    let Some((a, b)) = pair_with_backends().await else {
+        return;
+    };
+    let alice = Person::with_agent(&a, "alice", "Repo Helper", "2026-07-28").await;
+    let mut on_b = Mcp::with_token(&b, &alice.mcp.token);
+    on_b.url = b.own_url("/mcp");
+    on_b.version = "2026-07-28";
+    let (status, msg) = on_b.call_tool("whoami", json!({})).await;
+    assert_eq!(status, 200, "{msg}");
+    assert!(msg.to_string().contains("alice"), "{msg}");
+    assert!(refusal_text(&msg).is_none(), "{msg}");
+
+    // The agent's allowance, withdrawn on A.
+    alice.withdraw_agent(&a).await;
+    let before = b.backend().requests().len();
+    let (status, msg) = on_b.call_tool("whoami", json!({})).await;
+    assert_eq!(status, 200, "{msg}");
+    assert!(
+        refusal_text(&msg).is_some(),
+        "B used a withdrawn allowance: {msg}"
+    );
+    assert_eq!(
+        b.backend().requests().len(),
+        before,
+        "nothing reached B's backend"
+    );
+
+    // The person's GitHub grant, forgotten on A.
+    alice.disconnect_github(&a).await;
+    let (status, msg) = on_b.call_tool("whoami", json!({})).await;
+    assert_eq!(status, 200, "{msg}");
+    assert!(
+        refusal_text(&msg).is_some(),
+        "B used a forgotten grant: {msg}"
+    );
+    assert_eq!(
+        b.backend().requests().len(),
+        before,
+        "nothing reached B's backend"
+    );
+
+    // The access token itself, revoked on A (RFC 7009).
+    let status = crate::support::http()
+        .post(a.own_url("/revoke"))
+        .form(&[
+            ("client_id", alice.client.id.as_str()),
+            ("token", alice.mcp.token.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    let (status, msg) = on_b.call_tool("whoami", json!({})).await;
+    assert_eq!(status, 401, "B accepted a revoked access token: {msg}");
+    assert_eq!(
+        b.backend().requests().len(),
+        before,
+        "nothing reached B's backend"
+    );
+}

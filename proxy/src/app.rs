@@ -116,7 +116,7 @@ pub struct Inner {
     /// Scopes MCP clients may ask for (the GitHub scopes configured).
     pub offered_scopes: ScopeSet,
     /// HTTP client toward the backend MCP server, if one is configured.
-    pub backend_http: Option<reqwest::Client>,
+    pub backend_http: Option<crate::outbound::Backend>,
     /// The shutdown grace deadline that ends streaming responses.
     pub drain: crate::shutdown::Drain,
     /// Client lookup: configured, metadata-document and registered clients.
@@ -188,8 +188,11 @@ impl App {
         let offered_scopes = ScopeSet::from_list(config.github.scopes.iter().cloned());
         let backend_http = match &config.backend {
             Some(b) => Some(
-                crate::outbound::backend(std::time::Duration::from_secs(b.connect_timeout_secs))
-                    .map_err(|e| AppError::Backend(e.without_url().to_string()))?,
+                crate::outbound::backend(
+                    &b.url,
+                    std::time::Duration::from_secs(b.connect_timeout_secs),
+                )
+                .map_err(AppError::Backend)?,
             ),
             None => None,
         };

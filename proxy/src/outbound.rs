@@ -17,11 +17,26 @@
 //! (reqwest's `rustls-platform-verifier`); no purpose adds roots or skips verification.
 //! No redirect is ever followed: a redirect answer is returned to the caller as it is (the
 //! metadata fetch refuses it, GitHub and the backend answer what they answer).
+//!
+//! The backend is the one hot purpose (every `/mcp` request): a plain `http://` backend that no
+//! proxy from the environment applies to is reached through hyper's own pooled HTTP/1.1 client
+//! ([`Backend`]; keep-alive pool of up to [`BACKEND_POOL_IDLE`] idle connections, closed after
+//! 90 s idle, as reqwest's), without reqwest's per-request URL, header and body conversions. An
+//! `https://` backend, or one an environment proxy applies to, goes through reqwest as before,
+//! so TLS and proxy policy are reqwest's in one place. `clippy.toml` bans building a hyper
+//! client elsewhere too.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt, TryStreamExt};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
 use url::Url;
 
 const USER_AGENT: &str = concat!("mcp-oauth-proxy/", env!("CARGO_PKG_VERSION"));
@@ -42,13 +57,171 @@ pub fn github(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
         .build()
 }
 
-/// Toward the backend MCP server: no overall timeout (streams may last hours), no compression.
-pub fn backend(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
-    builder()
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .user_agent(USER_AGENT)
-        .build()
+/// Idle keep-alive connections kept toward the backend: enough for every connection a busy
+/// proxy has in flight to find one ready (a pool that is too small reconnects under load).
+pub const BACKEND_POOL_IDLE: usize = 1024;
+
+/// A backend answer's body, streamed as it arrives; dropping it drops the backend request.
+pub type BackendBody = Pin<Box<dyn Stream<Item = Result<Bytes, BackendError>> + Send>>;
+
+/// A backend answer: its status and headers, the body still streaming.
+pub struct BackendResponse {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers, unfiltered (the gateway filters them).
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: BackendBody,
+}
+
+/// Why the backend exchange failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// No connection could be made.
+    #[error("connect")]
+    Connect,
+    /// The request failed once connected.
+    #[error("request")]
+    Request,
+    /// The body failed mid-stream.
+    #[error("body")]
+    Body,
+}
+
+/// The client toward the backend MCP server, bound to its URL: no overall timeout (streams may
+/// last hours), connect timeout, `TCP_NODELAY`, no redirects, no compression, our user agent.
+#[derive(Clone)]
+pub struct Backend {
+    url: Url,
+    via: Via,
+}
+
+/// hyper's client and the backend URL it was built for, parsed once.
+#[derive(Clone)]
+struct Direct {
+    client: HyperClient<HttpConnector, Full<Bytes>>,
+    uri: http::Uri,
+}
+
+#[derive(Clone)]
+enum Via {
+    /// hyper's pooled HTTP/1.1 client: a plain `http://` backend with no proxy.
+    Hyper(Box<Direct>),
+    /// reqwest: TLS or a proxy from the environment.
+    Reqwest(reqwest::Client),
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let via = match self.via {
+            Via::Hyper(_) => "hyper",
+            Via::Reqwest(_) => "reqwest",
+        };
+        f.debug_struct("Backend")
+            .field("via", &via)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Toward the backend MCP server at `url` (see [`Backend`] and the table above).
+#[allow(clippy::disallowed_methods)] // this module is the sanctioned builder of outbound clients
+pub fn backend(url: &Url, connect_timeout: Duration) -> Result<Backend, String> {
+    let uri: http::Uri = url.as_str().parse().map_err(|_| "backend URL".to_owned())?;
+    let proxied = hyper_util::client::proxy::matcher::Matcher::from_system()
+        .intercept(&uri)
+        .is_some();
+    let via = if url.scheme() == "http" && !proxied {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = HyperClient::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(BACKEND_POOL_IDLE)
+            .build(connector);
+        Via::Hyper(Box::new(Direct { client, uri }))
+    } else {
+        let client = builder()
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .user_agent(USER_AGENT)
+            .build()
+            .map_err(|e| e.without_url().to_string())?;
+        Via::Reqwest(client)
+    };
+    Ok(Backend {
+        url: url.clone(),
+        via,
+    })
+}
+
+impl Backend {
+    /// Whether requests go through hyper's own pool (a plain, unproxied `http://` backend).
+    pub fn is_direct(&self) -> bool {
+        matches!(self.via, Via::Hyper(_))
+    }
+
+    /// Sends one request to the backend URL; the answer's body streams.
+    pub async fn send(
+        &self,
+        method: Method,
+        mut headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<BackendResponse, BackendError> {
+        match &self.via {
+            Via::Hyper(direct) => {
+                let Direct { client, uri } = &**direct;
+                headers.insert(
+                    http::header::USER_AGENT,
+                    HeaderValue::from_static(USER_AGENT),
+                );
+                let mut req = http::Request::new(Full::new(body));
+                *req.method_mut() = method;
+                *req.uri_mut() = uri.clone();
+                *req.headers_mut() = headers;
+                let resp = client.request(req).await.map_err(|e| {
+                    if e.is_connect() {
+                        BackendError::Connect
+                    } else {
+                        BackendError::Request
+                    }
+                })?;
+                let (parts, body) = resp.into_parts();
+                Ok(BackendResponse {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body: Box::pin(body.into_data_stream().map_err(|_| BackendError::Body)),
+                })
+            }
+            Via::Reqwest(client) => {
+                let resp = client
+                    .request(method, self.url.clone())
+                    .headers(headers)
+                    .body(body)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        if e.is_connect() {
+                            BackendError::Connect
+                        } else {
+                            BackendError::Request
+                        }
+                    })?;
+                let mut resp = resp;
+                let status = resp.status();
+                let headers = std::mem::take(resp.headers_mut());
+                Ok(BackendResponse {
+                    status,
+                    headers,
+                    body: Box::pin(
+                        resp.bytes_stream()
+                            .map(|r| r.map_err(|_| BackendError::Body)),
+                    ),
+                })
+            }
+        }
+    }
 }
 
 /// For one Client ID Metadata Document fetch. `pinned`: the host name and the addresses that
@@ -130,7 +303,10 @@ mod tests {
         let t = Duration::from_secs(5);
         let addrs: [SocketAddr; 1] = ["127.0.0.1:9".parse().unwrap()];
         assert!(github(t).is_ok());
-        assert!(backend(t).is_ok());
+        let plain = Url::parse("http://127.0.0.1:9/mcp").unwrap();
+        assert!(backend(&plain, t).is_ok());
+        let tls = Url::parse("https://backend.internal/mcp").unwrap();
+        assert!(backend(&tls, t).is_ok_and(|b| !b.is_direct()));
         assert!(metadata_document(t, Some(("example.com", &addrs))).is_ok());
         assert!(metadata_document(t, None).is_ok());
         assert!(webhook(t, None).is_ok());

@@ -8,6 +8,7 @@ pub mod browser;
 pub mod client;
 pub mod logs;
 pub mod mcp;
+pub mod ops;
 pub mod otlp;
 pub mod people;
 
@@ -70,6 +71,8 @@ pub struct Options {
     /// `[github] scopes` as a TOML array (default `["read:user", "repo"]`, plus `read:org`
     /// with `access`).
     pub github_scopes: Option<String>,
+    /// Log every store operation of this proxy here (`support::ops`).
+    pub op_log: Option<ops::OpLog>,
 }
 
 /// What replicas of one proxy share.
@@ -246,6 +249,13 @@ path = "/nonexistent-tests-use-a-temporary-store"
             )
         } else {
             Arc::new(SledStore::temporary(clock.clone()).unwrap())
+        };
+        let store: SharedStore = match &opts.op_log {
+            Some(log) => Arc::new(ops::LoggingStore {
+                inner: store,
+                log: log.clone(),
+            }),
+            None => store,
         };
         let keys = opts
             .replica_of

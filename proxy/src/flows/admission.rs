@@ -153,6 +153,11 @@ pub async fn standing(app: &App, user: &UserId) -> Result<Verdict, FlowError> {
         // No token to ask with (or a broken one, already answered with a reconnect link):
         // nothing reaches GitHub for them until they connect again, which is a sign-in, and
         // every sign-in is checked. Note the attempt so this is not re-read on every call.
+        // Write class (here and for each `standing::put` below, on `/mcp` through
+        // `gateway::authenticate`): a record of GitHub's last answer, durable by its own flush
+        // or commit before the request goes on. Later requests read it to skip asking GitHub
+        // until `recheck_secs`; lost, they would only ask again (and the unreachable grace
+        // would count from an older answer), so it never admits more than GitHub said.
         let standing = last.map_or(Standing::Admitted, |c| c.standing);
         let check = StandingCheck {
             standing,
@@ -178,6 +183,8 @@ pub async fn standing(app: &App, user: &UserId) -> Result<Verdict, FlowError> {
                     Ok(Verdict::Admitted)
                 }
                 Answer::TokenBroken => {
+                    // Security state (grant marked broken): the next `tools/call` gets a
+                    // reconnect link instead of the token; durable before this returns.
                     app.grants
                         .mark_broken(user, "GitHub no longer honours the token (standing check)")
                         .await?;
@@ -185,6 +192,8 @@ pub async fn standing(app: &App, user: &UserId) -> Result<Verdict, FlowError> {
                     Ok(Verdict::TokenBroken)
                 }
                 Answer::Lost => {
+                    // Security state (revocations): every token of the person is refused by
+                    // the next request on any replica; each write durable before this returns.
                     lose_access(app, user).await?;
                     Ok(Verdict::Lost)
                 }

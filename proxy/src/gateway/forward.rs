@@ -21,6 +21,7 @@ use crate::audit::AuditEvent;
 use crate::bindings::audience::Audienced;
 use crate::bindings::session_binding::{self, SessionChecked};
 use crate::bindings::upstream_auth::{self, BackendCredential};
+use crate::outbound::BackendError;
 use crate::store::records::AccessTokenRecord;
 use crate::telemetry::span as telemetry;
 
@@ -80,11 +81,11 @@ impl Forwarded {
 /// Sends the request to the backend and prepares the streamed response.
 pub async fn forward(
     app: &App,
-    token: Audienced<AccessTokenRecord>,
+    token: &Arc<Audienced<AccessTokenRecord>>,
     credential: BackendCredential,
     checked: &SessionChecked,
     req: McpRequest,
-    inbound: Inbound,
+    inbound: &Inbound,
     context: ClientContext,
 ) -> Result<Forwarded, GatewayError> {
     let http = app.backend_http.as_ref().ok_or(GatewayError::NoBackend)?;
@@ -94,18 +95,18 @@ pub async fn forward(
     let mut headers = upstream_auth::upstream_headers(&req.headers, checked, credential);
     telemetry::inject_backend(&span, &req.headers, &mut headers);
     let resp = http
-        .request(req.method, backend.url.clone())
-        .headers(headers)
-        .body(req.body)
-        .send()
+        .send(req.method, headers, req.body)
         .instrument(span.clone())
         .await
         .map_err(|e| {
-            let kind = if e.is_connect() { "connect" } else { "request" };
+            let kind = match e {
+                BackendError::Connect => "connect",
+                BackendError::Request | BackendError::Body => "request",
+            };
             telemetry::backend_finished(&span, Err(kind));
             GatewayError::Backend(kind.into())
         })?;
-    let status = resp.status();
+    let status = resp.status;
     telemetry::backend_finished(&span, Ok(status));
     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
         // The backend refused the credential the proxy gave it; the client's own token is
@@ -120,14 +121,18 @@ pub async fn forward(
             "backend refused the credential ({status})"
         )));
     }
-    let mut headers = upstream_auth::downstream_headers(resp.headers(), context.version);
+    let mut headers = upstream_auth::downstream_headers(&resp.headers, context.version);
+    // Write class: security state (session binding). Every later request that presents this
+    // `Mcp-Session-Id` is checked against it (`session_binding::check_session`); durable (own
+    // flush or commit: /mcp is not inside `store::batched`) before the response headers that
+    // reveal the id are handed back.
     if context.version == Version::Sessions
-        && let Some(sid) = session_binding::minted_session_id(resp.headers())
+        && let Some(sid) = session_binding::minted_session_id(&resp.headers)
         && !session_binding::bind_session(
             app.store.as_ref(),
             app.clock.now(),
             sid,
-            &token,
+            token,
             inbound.init_declares_url_elicitation,
         )
         .await?
@@ -137,7 +142,7 @@ pub async fn forward(
         ));
     }
     let content_type = resp
-        .headers()
+        .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
@@ -152,7 +157,7 @@ pub async fn forward(
     }
     let observer = Observer {
         app: app.clone(),
-        token: Arc::new(token),
+        token: Arc::clone(token),
         call: inbound.tool.clone().zip(inbound.id.clone()),
         recorded: false,
         status,
@@ -160,7 +165,7 @@ pub async fn forward(
         _span: span,
     };
     let body = relay(
-        resp.bytes_stream(),
+        resp.body,
         Scanner::new(content_type.as_deref()),
         sse,
         observer,
@@ -193,6 +198,9 @@ impl Observer {
         for s in seen {
             match s {
                 Seen::RequestState(state) => {
+                    // Write class: security state (request state binding). A later request
+                    // echoing this `requestState` is checked against it; durable (own flush or
+                    // commit) before the chunk that reveals it is relayed (see `relay`).
                     let r = session_binding::bind_request_state(
                         self.app.store.as_ref(),
                         self.app.clock.now(),
@@ -228,6 +236,8 @@ impl Observer {
     }
 
     async fn record(&mut self, outcome: String) {
+        // Write class: not security state, an upstream-action event (issue 17): no later
+        // request reads it; the audit module group commits it within its configured window.
         if let Some(e) = self.event(outcome)
             && let Err(err) = self
                 .app
@@ -253,7 +263,8 @@ impl Observer {
 
 impl Drop for Observer {
     fn drop(&mut self) {
-        // The client went away before the call finished: that cancelled it.
+        // The client went away before the call finished: that cancelled it. Write class: not
+        // security state, an upstream-action event (see `record`).
         if let Some(e) = self.event("cancelled".to_owned())
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
@@ -275,9 +286,10 @@ struct Relay<S> {
     done: bool,
 }
 
-fn relay<S>(upstream: S, scanner: Scanner, sse: bool, observer: Observer) -> BodyStream
+fn relay<S, E>(upstream: S, scanner: Scanner, sse: bool, observer: Observer) -> BodyStream
 where
-    S: Stream<Item = Result<Bytes, reqwest::Error>> + Send + Unpin + 'static,
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
+    E: Send + 'static,
 {
     let state = Relay {
         upstream,

@@ -66,11 +66,13 @@ pub fn is_batch(body: &[u8]) -> bool {
 /// Reads an inbound body. Anything that is not a single JSON object yields the default (the
 /// backend decides what to do with it; the gateway only forwards).
 pub fn inspect_request(body: &[u8]) -> Inbound {
-    let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(body) else {
+    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
         return Inbound::default();
     };
+    // Moved out, not cloned: the parsed message is dropped below.
+    let owned = msg.remove("params");
+    let params = owned.as_ref();
     let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
-    let params = msg.get("params");
     let is = |m: &str| method.as_deref() == Some(m);
     Inbound {
         id: msg
@@ -96,7 +98,7 @@ pub fn inspect_request(body: &[u8]) -> Inbound {
             .and_then(|p| p.get("requestState"))
             .and_then(Value::as_str)
             .map(str::to_owned),
-        params: params.cloned(),
+        params: owned,
         method,
     }
 }

@@ -133,6 +133,10 @@ async fn reject_token<T>(
         GatewayError::InvalidToken(TokenRejection::Unknown) => Some(aggregate::Refusal::McpUnknown),
         _ => None,
     };
+    // Write class (DESIGN.md §8): not security state. An anonymous refusal is an aggregated
+    // counter (`audit::aggregate`, flushed with its minute); an individual rejection is an
+    // audit event, made durable by the audit module. No later request depends on either: the
+    // refusal itself is what protects, and it changes nothing stored.
     match anonymous {
         Some(r) => app.audit.refused(r),
         None => {
@@ -278,10 +282,21 @@ pub async fn handle(
         // GitHub no longer honours the person's token: a reconnect link, in either backend
         // mode, whatever the backend would answer (GitHub's own MCP server answers a tool
         // error with HTTP 200, which the gateway cannot tell from any other).
-        return refuse(app, &token, LinkKind::Reconnect, &req, &inbound, context).await;
+        return refuse(
+            app,
+            &token,
+            LinkKind::Reconnect,
+            &req.method,
+            &inbound,
+            context,
+        )
+        .await;
     }
     let credential = match &backend.auth {
         BackendAuth::GitHubToken => {
+            // Reads only, unless an expiring GitHub App token is due: its refresh writes the
+            // rotated grant (security state: GitHub spent the old refresh token, so every
+            // later request depends on the new one), durable before the token is used.
             match github_access::for_agent(
                 app,
                 &token.get().user_id,
@@ -294,7 +309,7 @@ pub async fn handle(
                 Access::Ready(gh) => BackendCredential::github_token(&token, &gh)
                     .ok_or_else(|| GatewayError::Backend("credential".into()))?,
                 Access::Needs(kind) => {
-                    return refuse(app, &token, kind, &req, &inbound, context).await;
+                    return refuse(app, &token, kind, &req.method, &inbound, context).await;
                 }
             }
         }
@@ -310,48 +325,39 @@ pub async fn handle(
         req.body = stripped;
     }
     let is_delete = req.method == Method::DELETE;
-    let user = token.get().user_id.clone();
-    let kept = Kept {
-        token: token.get().clone(),
-        method: req.method.clone(),
-        body: req.body.clone(),
-        headers: req.headers.clone(),
-    };
-    let forwarded = match forward::forward(
-        app,
-        token,
-        credential,
-        &checked,
-        req,
-        inbound.clone(),
-        context,
-    )
-    .await
-    {
-        Err(GatewayError::GitHubRejected) => {
-            // The backend says GitHub refused the person's token: mark the grant broken, so
-            // the person gets a reconnect link instead of an opaque error.
-            app.grants
-                .mark_broken(&user, "backend reported that GitHub refused the token")
-                .await
-                .map_err(|e| GatewayError::Backend(e.to_string()))?;
-            let token = crate::bindings::audience::audienced(kept.token, &app.resource())
-                .map_err(|_| GatewayError::InvalidToken(TokenRejection::WrongAudience))?;
-            let again = McpRequest {
-                method: kept.method,
-                headers: kept.headers,
-                query: None,
-                body: kept.body,
-            };
-            return refuse(app, &token, LinkKind::Reconnect, &again, &inbound, context).await;
-        }
-        other => other?,
-    };
+    let method = req.method.clone();
+    // Shared with the response observer rather than cloned: the retry below needs the token
+    // (and the method) only if the backend reports that GitHub refused the person's token.
+    let token = std::sync::Arc::new(token);
+    let forwarded =
+        match forward::forward(app, &token, credential, &checked, req, &inbound, context).await {
+            Err(GatewayError::GitHubRejected) => {
+                // The backend says GitHub refused the person's token: mark the grant broken, so
+                // the person gets a reconnect link instead of an opaque error.
+                // Write class: security state (grant marked broken). The next `tools/call` of
+                // any agent of this person depends on it (`github_access::for_agent` answers
+                // with a reconnect link instead of handing out the token); `mark_broken`
+                // returns once it is durable (its own flush or commit: /mcp is not inside
+                // `store::batched`), before the refusal below reveals it.
+                app.grants
+                    .mark_broken(
+                        &token.get().user_id,
+                        "backend reported that GitHub refused the token",
+                    )
+                    .await
+                    .map_err(|e| GatewayError::Backend(e.to_string()))?;
+                return refuse(app, &token, LinkKind::Reconnect, &method, &inbound, context).await;
+            }
+            other => other?,
+        };
     if is_delete
         && forwarded.status.is_success()
         && version == Version::Sessions
         && let Some(s) = checked.session()
     {
+        // Write class: security state (forgotten session). A later request presenting this
+        // `Mcp-Session-Id` must be refused; durable (own flush or commit) before the DELETE's
+        // answer goes out.
         session_binding::forget_session(app.store.as_ref(), s).await?;
     }
     Ok(forwarded)
@@ -368,6 +374,8 @@ async fn check_handles(
     inbound: &Inbound,
 ) -> Result<SessionChecked, GatewayError> {
     let store = app.store.as_ref();
+    // Write class of every `reject(..)` below: not security state, an audit event of a refusal
+    // (the audit module makes it durable); the refusal changes nothing a later request reads.
     let reject = |kind: &'static str| AuditEvent::HandleRejected {
         user_id: token.get().user_id.clone(),
         client_id: token.get().client_id.clone(),
@@ -436,14 +444,6 @@ fn flow_err(e: crate::flows::FlowError) -> GatewayError {
     }
 }
 
-/// What is kept of a request in case the backend reports that GitHub refused the token.
-struct Kept {
-    token: AccessTokenRecord,
-    method: Method,
-    body: Bytes,
-    headers: HeaderMap,
-}
-
 /// The body without our own `requestState` and the answer to our own input request in
 /// `inputResponses` (the backend asked for neither); parsed and re-serialized only then.
 fn own_state_stripped(body: &Bytes, inbound: &Inbound) -> Option<Bytes> {
@@ -486,6 +486,8 @@ async fn mint_backend_token(
         expires_at: now.plus(ttl),
         family_id: Some(t.family_id.clone()),
     };
+    // Write class: security state (minted backend token). The backend's token exchange for
+    // this call depends on it; durable (own flush or commit) before the token is sent.
     backend_tokens::put(app.store.as_ref(), &minted, &rec, now.plus(ttl)).await?;
     Ok(minted)
 }
@@ -496,12 +498,15 @@ async fn refuse(
     app: &App,
     token: &Audienced<AccessTokenRecord>,
     kind: LinkKind,
-    req: &McpRequest,
+    method: &Method,
     inbound: &Inbound,
     context: ClientContext,
 ) -> Result<Forwarded, GatewayError> {
     let t = token.get();
     let now = app.clock.now();
+    // Write class: security state (connect link). The person's request to open the link
+    // depends on it; `connect_link::request` returns once the link and its index are durable
+    // (each write its own flush or commit), before the answer that carries the link.
     let link = connect_link::request(
         app.store.as_ref(),
         &app.keys.connect_link,
@@ -513,6 +518,7 @@ async fn refuse(
     )
     .await?;
     if link.created {
+        // Write class: not security state, an audit event (the link itself is stored above).
         app.audit
             .record(AuditEvent::ConnectLinkCreated {
                 link_id: link.link_id.clone(),
@@ -526,9 +532,9 @@ async fn refuse(
     let agent = client.map_or_else(|| "this agent".to_owned(), |c| c.display_name());
     let url = app.config.public_url.join(&link.path);
     let message = github_access::message(kind, &agent);
-    let Some(id) = inbound.id.as_deref().filter(|_| req.method == Method::POST) else {
+    let Some(id) = inbound.id.as_deref().filter(|_| *method == Method::POST) else {
         // A notification needs no answer; GET and DELETE cannot carry a link.
-        if req.method == Method::POST {
+        if *method == Method::POST {
             return Ok(Forwarded::local(http::StatusCode::ACCEPTED, None, context));
         }
         return Err(GatewayError::GitHubAccessMissing { id: None });

@@ -190,8 +190,41 @@ impl PgStore {
         Arc::new(self)
     }
 
-    async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool.get().await.map_err(backend)
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        self.pool.get().await.map(Conn).map_err(backend)
+    }
+}
+
+/// A pooled connection whose statements are prepared once per connection and then reused
+/// (`prepare_cached`): a statement given as text is otherwise parsed and planned anew on each
+/// call, one more round trip before it runs. The pool recycles connections without
+/// `DISCARD ALL` ([`RecyclingMethod::Fast`]), so the prepared statements stay valid.
+struct Conn(deadpool_postgres::Object);
+
+type Params<'a> = &'a [&'a (dyn tokio_postgres::types::ToSql + Sync)];
+
+impl Conn {
+    async fn query_opt(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
+        let statement = self.0.prepare_cached(sql).await?;
+        self.0.query_opt(&statement, params).await
+    }
+
+    async fn query(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let statement = self.0.prepare_cached(sql).await?;
+        self.0.query(&statement, params).await
+    }
+
+    async fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.0.prepare_cached(sql).await?;
+        self.0.execute(&statement, params).await
     }
 }
 
