@@ -12,7 +12,9 @@
 //!
 //! Every failure is the same `invalid_client` to the caller; the reason is only logged.
 
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse};
+use jsonwebtoken::jwk::{
+    AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse,
+};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::Value;
@@ -156,7 +158,9 @@ pub fn claimed_client(assertion: &str) -> Option<String> {
     // The payload only, base64url JSON; nothing here is trusted.
     let payload = assertion.split('.').nth(1)?;
     let bytes = crate::crypto::b64url_decode(payload)?;
-    serde_json::from_slice::<Claims>(&bytes).ok().and_then(|c| c.sub)
+    serde_json::from_slice::<Claims>(&bytes)
+        .ok()
+        .and_then(|c| c.sub)
 }
 
 fn allowed(alg: Algorithm) -> bool {
@@ -237,11 +241,9 @@ pub fn verify(
     v.validate_nbf = false;
     v.validate_aud = false;
     v.leeway = 0;
-    let data = jsonwebtoken::decode::<Claims>(assertion, &key, &v).map_err(|e| {
-        match e.kind() {
-            jsonwebtoken::errors::ErrorKind::InvalidSignature => AssertionError::Signature,
-            _ => AssertionError::Malformed,
-        }
+    let data = jsonwebtoken::decode::<Claims>(assertion, &key, &v).map_err(|e| match e.kind() {
+        jsonwebtoken::errors::ErrorKind::InvalidSignature => AssertionError::Signature,
+        _ => AssertionError::Malformed,
     })?;
     check_claims(&data.claims, expected)
 }
@@ -365,7 +367,12 @@ mod tests {
     #[test]
     fn a_good_assertion_verifies_and_keeps_its_jti_until_exp_plus_skew() {
         let (enc, jwk) = ec_key();
-        let v = verify(&sign(&enc, Some("k1"), &claims()), &set(vec![jwk]), &expected(NOW)).unwrap();
+        let v = verify(
+            &sign(&enc, Some("k1"), &claims()),
+            &set(vec![jwk]),
+            &expected(NOW),
+        )
+        .unwrap();
         assert_eq!(v.client_id, CLIENT);
         assert_eq!(v.jti, "j1");
         assert_eq!(v.keep_until, UnixTime(NOW + 60 + SKEW_SECS));
@@ -380,7 +387,12 @@ mod tests {
             c["aud"] = aud;
             assert!(verify(&sign(&enc, Some("k1"), &c), &keys, &expected(NOW)).is_ok());
         }
-        for aud in [json!("https://other.example/token"), json!([]), json!(null), json!(7)] {
+        for aud in [
+            json!("https://other.example/token"),
+            json!([]),
+            json!(null),
+            json!(7),
+        ] {
             let mut c = claims();
             c["aud"] = aud;
             assert_eq!(
@@ -469,17 +481,24 @@ mod tests {
         let secret = serde_json::to_vec(&jwk).unwrap();
         let mut h = Header::new(Algorithm::HS256);
         h.kid = Some("k1".to_owned());
-        let hs = jsonwebtoken::encode(&h, &claims(), &EncodingKey::from_secret(&secret).unwrap()).unwrap();
+        let hs = jsonwebtoken::encode(&h, &claims(), &EncodingKey::from_secret(&secret).unwrap())
+            .unwrap();
         assert_eq!(
             verify(&hs, &keys, &expected(NOW)).unwrap_err(),
             AssertionError::Algorithm
         );
         // A symmetric key in the set is never used, whatever the alg.
-        let oct: Jwk = serde_json::from_value(json!({"kty": "oct", "k": "c2VjcmV0", "kid": "k1"})).unwrap();
+        let oct: Jwk =
+            serde_json::from_value(json!({"kty": "oct", "k": "c2VjcmV0", "kid": "k1"})).unwrap();
         assert!(!key_allowed(&oct));
         let (enc, _) = ec_key();
         assert_eq!(
-            verify(&sign(&enc, Some("k1"), &claims()), &set(vec![oct]), &expected(NOW)).unwrap_err(),
+            verify(
+                &sign(&enc, Some("k1"), &claims()),
+                &set(vec![oct]),
+                &expected(NOW)
+            )
+            .unwrap_err(),
             AssertionError::KeyMismatch
         );
     }
@@ -502,13 +521,23 @@ mod tests {
         let mut enc_use = jwk.clone();
         enc_use.common.public_key_use = Some(PublicKeyUse::Encryption);
         assert_eq!(
-            verify(&sign(&enc, Some("k1"), &claims()), &set(vec![enc_use]), &expected(NOW)).unwrap_err(),
+            verify(
+                &sign(&enc, Some("k1"), &claims()),
+                &set(vec![enc_use]),
+                &expected(NOW)
+            )
+            .unwrap_err(),
             AssertionError::KeyMismatch
         );
         let mut rs_alg = jwk;
         rs_alg.common.key_algorithm = Some(KeyAlgorithm::RS256);
         assert_eq!(
-            verify(&sign(&enc, Some("k1"), &claims()), &set(vec![rs_alg]), &expected(NOW)).unwrap_err(),
+            verify(
+                &sign(&enc, Some("k1"), &claims()),
+                &set(vec![rs_alg]),
+                &expected(NOW)
+            )
+            .unwrap_err(),
             AssertionError::KeyMismatch
         );
     }
@@ -519,8 +548,8 @@ mod tests {
         // ring writes PKCS#8 v2 (seed and public key); the crate reads v1: the same seed.
         let v2 = kp.serialize_der();
         let mut v1 = vec![
-            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
-            0x20,
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
         ];
         v1.extend_from_slice(&v2[16..48]);
         let enc = EncodingKey::from_ed_der(&v1);
@@ -546,7 +575,10 @@ mod tests {
         let keys = set(vec![jwk]);
         let tok = sign(&enc, Some("k1"), &claims());
         let v = verify(&tok, &keys, &expected(NOW)).unwrap();
-        assert_eq!(consume(&store, v, UnixTime(NOW)).await.unwrap().client_id(), CLIENT);
+        assert_eq!(
+            consume(&store, v, UnixTime(NOW)).await.unwrap().client_id(),
+            CLIENT
+        );
         let again = verify(&tok, &keys, &expected(NOW)).unwrap();
         assert!(matches!(
             consume(&store, again, UnixTime(NOW)).await.unwrap_err(),

@@ -471,15 +471,27 @@ mod tests {
             m(&["private_key_jwt", "none"], true),
             Ok(TokenAuthMethod::PrivateKeyJwt)
         );
-        assert_eq!(m(&["private_key_jwt", "none"], false), Ok(TokenAuthMethod::None));
-        assert_eq!(m(&["client_secret_basic", "none"], false), Ok(TokenAuthMethod::None));
+        assert_eq!(
+            m(&["private_key_jwt", "none"], false),
+            Ok(TokenAuthMethod::None)
+        );
+        assert_eq!(
+            m(&["client_secret_basic", "none"], false),
+            Ok(TokenAuthMethod::None)
+        );
         assert_eq!(
             m(&["client_secret_post", "private_key_jwt"], true),
             Ok(TokenAuthMethod::PrivateKeyJwt)
         );
         assert_eq!(m(&["private_key_jwt"], false), Err(CimdError::NoKeys));
-        assert_eq!(m(&["client_secret_jwt"], true), Err(CimdError::SharedSecret));
-        assert_eq!(m(&["tls_client_auth"], true), Err(CimdError::UnsupportedAuthMethod));
+        assert_eq!(
+            m(&["client_secret_jwt"], true),
+            Err(CimdError::SharedSecret)
+        );
+        assert_eq!(
+            m(&["tls_client_auth"], true),
+            Err(CimdError::UnsupportedAuthMethod)
+        );
     }
 
     #[test]
@@ -487,7 +499,10 @@ mod tests {
         let pk = r#","token_endpoint_auth_method":"private_key_jwt""#;
         let d = validate(
             URL,
-            doc(&format!(r#"{pk},"jwks_uri":"https://app.example/jwks.json""#)).as_bytes(),
+            doc(&format!(
+                r#"{pk},"jwks_uri":"https://app.example/jwks.json""#
+            ))
+            .as_bytes(),
             &offered(),
             false,
         )
@@ -502,7 +517,12 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    validate(URL, doc(&format!("{pk}{bad}")).as_bytes(), &offered(), false),
+                    validate(
+                        URL,
+                        doc(&format!("{pk}{bad}")).as_bytes(),
+                        &offered(),
+                        false
+                    ),
                     Err(CimdError::BadKeys(_))
                 ),
                 "{bad}"

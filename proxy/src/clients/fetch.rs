@@ -366,10 +366,7 @@ impl Fetcher {
         if status != reqwest::StatusCode::OK {
             return Err(FetchError::Status(status.as_u16()));
         }
-        if resp
-            .content_length()
-            .is_some_and(|n| n > max_body as u64)
-        {
+        if resp.content_length().is_some_and(|n| n > max_body as u64) {
             return Err(FetchError::TooLarge);
         }
         let cache_control = resp

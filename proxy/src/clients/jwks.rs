@@ -98,10 +98,8 @@ mod tests {
     fn ec() -> Value {
         let kp = rcgen::KeyPair::generate().unwrap();
         let enc = jsonwebtoken::EncodingKey::from_ec_der(&kp.serialize_der());
-        serde_json::to_value(
-            Jwk::from_encoding_key(&enc, jsonwebtoken::Algorithm::ES256).unwrap(),
-        )
-        .unwrap()
+        serde_json::to_value(Jwk::from_encoding_key(&enc, jsonwebtoken::Algorithm::ES256).unwrap())
+            .unwrap()
     }
 
     #[test]
@@ -129,7 +127,10 @@ mod tests {
             parse_set(&json!({"keys": [enc_key, short_rsa]})).unwrap_err(),
             JwksError::NoUsableKey
         );
-        assert_eq!(parse_set(&json!({"keys": "x"})).unwrap_err(), JwksError::NotASet);
+        assert_eq!(
+            parse_set(&json!({"keys": "x"})).unwrap_err(),
+            JwksError::NotASet
+        );
         assert_eq!(parse_body(b"<html>").unwrap_err(), JwksError::NotASet);
     }
 }

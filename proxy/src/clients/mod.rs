@@ -463,7 +463,8 @@ impl Directory {
                 if let Some(seen) = &stored
                     && let Some(validated) = seen.validated_at
                     && now.since(validated) <= STALE_IF_ERROR_SECS
-                    && seen.client.auth_method != crate::oauth::registration::TokenAuthMethod::PrivateKeyJwt
+                    && seen.client.auth_method
+                        != crate::oauth::registration::TokenAuthMethod::PrivateKeyJwt
                 {
                     tracing::warn!(client_id = %id, error = %e, "client metadata document not fetched; serving the last valid one");
                     return Ok(ResolvedClient {
@@ -599,7 +600,9 @@ impl Directory {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             match (cache.get(url.as_str()), freshness) {
-                (Some(c), KeyFreshness::Cached) if now < c.until => return Ok(Some(c.keys.clone())),
+                (Some(c), KeyFreshness::Cached) if now < c.until => {
+                    return Ok(Some(c.keys.clone()));
+                }
                 (Some(c), KeyFreshness::AfterUnknownKid)
                     if now.since(c.fetched_at) < JWKS_REFETCH_MIN_SECS =>
                 {

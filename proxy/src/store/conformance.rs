@@ -49,13 +49,23 @@ async fn an_assertion_jti_is_used_once_under_concurrency_until_it_expires(
     }
     assert_eq!(firsts, 1, "one jti authenticates once");
     // Another client's jti of the same value is its own.
-    assert!(first_use(s.as_ref(), "client-k", "jti-1", t, keep).await.unwrap());
+    assert!(
+        first_use(s.as_ref(), "client-k", "jti-1", t, keep)
+            .await
+            .unwrap()
+    );
     clock.advance(121);
     // Past exp + skew the assertion is refused by its exp anyway; the record may go.
     assert!(
-        first_use(s.as_ref(), "client-j", "jti-1", clock.now_for_tests(), keep.plus(200))
-            .await
-            .unwrap()
+        first_use(
+            s.as_ref(),
+            "client-j",
+            "jti-1",
+            clock.now_for_tests(),
+            keep.plus(200)
+        )
+        .await
+        .unwrap()
     );
 }
 
