@@ -566,10 +566,7 @@ async fn metadata_document_listing_several_auth_methods_gets_one_we_support() {
 async fn preregistered_client_with_inline_jwks_authenticates_with_an_assertion() {
     let signer = Signer::es256("cfg-1");
     let proxy = TestProxy::start_with(Options {
-        extra_toml: format!(
-            "[[clients]]\nclient_id = \"signed-cli\"\nclient_name = \"Signed CLI\"\nredirect_uris = [\"{REDIRECT}\"]\ntoken_endpoint_auth_method = \"private_key_jwt\"\njwks = '{}'\n",
-            signer.jwks()
-        ),
+        extra_toml: signed_client_toml(&signer),
         ..Options::default()
     })
     .await;
@@ -587,4 +584,67 @@ async fn preregistered_client_with_inline_jwks_authenticates_with_an_assertion()
         )
         .await;
     assert_eq!(r.status, 200, "{:?}", r.json);
+}
+
+/// A configured `private_key_jwt` client on both replicas.
+fn signed_client_toml(signer: &Signer) -> String {
+    format!(
+        "[[clients]]\nclient_id = \"signed-cli\"\nclient_name = \"Signed CLI\"\nredirect_uris = [\"{REDIRECT}\"]\ntoken_endpoint_auth_method = \"private_key_jwt\"\njwks = '{}'\n",
+        signer.jwks()
+    )
+}
+
+#[tokio::test]
+async fn assertion_used_on_one_replica_is_refused_on_the_other() {
+    if !crate::support::postgres_available().await {
+        return; // no PostgreSQL here (required in CI with MCP_PG=require)
+    }
+    let signer = Signer::es256("cfg-1");
+    let a = TestProxy::start_with(Options {
+        postgres: true,
+        extra_toml: signed_client_toml(&signer),
+        ..Options::default()
+    })
+    .await;
+    let b = TestProxy::start_with(Options {
+        replica_of: Some(a.replica.clone()),
+        extra_toml: signed_client_toml(&signer),
+        ..Options::default()
+    })
+    .await;
+    let c = client("signed-cli".to_owned());
+    let pkce = Pkce::new();
+    let code = c.get_code(&a, &Browser::new(), "alice", &pkce).await;
+    let used = signer.sign(&claims(&a, "signed-cli"));
+    let r = c.redeem(&a, &code, &pkce, &assertion_fields(&used)).await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    let refresh = r.json["refresh_token"].as_str().unwrap().to_owned();
+    let tokens_before = a.count(Keyspace::AccessTokens).await;
+
+    // Replica B, directly: the same assertion is refused there; a new one works.
+    let on_b = |assertion: String| {
+        let url = format!("{}/token", b.own_base);
+        let refresh = refresh.clone();
+        async move {
+            http()
+                .post(url)
+                .form(&[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh.as_str()),
+                    ("client_id", "signed-cli"),
+                    ("client_assertion_type", JWT_BEARER),
+                    ("client_assertion", assertion.as_str()),
+                ])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let replayed = on_b(used.clone()).await;
+    assert_eq!(replayed.status().as_u16(), 401);
+    let body: Value = replayed.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_client");
+    assert_eq!(a.count(Keyspace::AccessTokens).await, tokens_before);
+    let fresh = on_b(signer.sign(&claims(&b, "signed-cli"))).await;
+    assert_eq!(fresh.status().as_u16(), 200);
 }
