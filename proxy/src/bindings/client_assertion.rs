@@ -567,6 +567,27 @@ mod tests {
         assert_eq!(claimed_client(&big), None);
     }
 
+    /// RFC 7515 Appendix A.2: the published RS256 example (public key of RFC 7517 A.1). Its
+    /// claims are not an assertion's (`iss` "joe"), so a passing signature shows as `Issuer`.
+    #[test]
+    fn rs256_verifies_the_rfc_7515_example_signature() {
+        let n = "ofgWCuLjybRlzo0tZWJjNiuSfb4p4fAkd_wWJcyQoTbji9k0l8W26mPddxHmfHQp-Vaw-4qPCJrcS2mJPMEzP1Pt0Bm4d4QlL-yRT-SFd2lZS-pCgNMsD1W_YpRPEwOWvG6b32690r2jZ47soMZo9wGzjb_7OMg0LOL-bSf63kpaSHSXndS5z5rexMdbBYUsLA9e-KXBdQOS-UTo7WTBEMa2R2CapHg665xsmtdVMTBQY4uDZlxvb3qCo5ZwKh9kG4LT6_I5IhlJH7aGhyxXFvUK-DWNmoudF8NAco9_h9iaGNj8q2ethFkMLs91kzk2PAcDTW9gb54h4FRWyuXpoQ";
+        let jwk: Jwk = serde_json::from_value(json!({"kty": "RSA", "n": n, "e": "AQAB"})).unwrap();
+        assert!(key_fits(&jwk, Algorithm::RS256));
+        let keys = set(vec![jwk]);
+        let token = "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ.cC4hiUPoj9Eetdgtv3hF80EGrhuB__dzERat0XF9g2VtQgr9PJbu3XOiZj5RZmh7AAuHIm4Bh-0Qc_lF5YKt_O8W2Fp5jujGbds9uJdbF9CUAr7t1dnZcAcQjbKBYNX4BAynRFdiuB--f_nZLgrnbyTyWzO75vRK5h6xBArLIARNPvkSjtQBMHlb1L07Qe7K0GarZRmB_eSN9383LcOLn6_dO--xi12jzDwusC-eOkHWEsqtFZESc6BfI7noOPqvhJ1phCnvWh6IeYI2w9QOYEUipUTI8np6LbgGY9Fs98rqVt5AXLIhWkWywlVmtVrBp0igcN_IoypGlUPQGe77Rw";
+        assert_eq!(
+            verify(token, &keys, &expected(NOW)).unwrap_err(),
+            AssertionError::Issuer,
+            "the signature verified"
+        );
+        let tampered = token.replace(".cC4h", ".cC4i");
+        assert_eq!(
+            verify(&tampered, &keys, &expected(NOW)).unwrap_err(),
+            AssertionError::Signature
+        );
+    }
+
     #[tokio::test]
     async fn a_jti_authenticates_once() {
         let clock = crate::clock::ManualClock::new(UnixTime(NOW));

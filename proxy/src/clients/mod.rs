@@ -620,12 +620,16 @@ impl Directory {
             jwks::parse_body(fetched.body())
                 .map_err(|e| ClientsError::Document(CimdError::BadKeys(e.description())))?,
         );
-        let until = cimd::cache_secs(
-            fetched.cache_control(),
-            self.policy.cache_min_secs,
-            self.policy.cache_max_secs,
-        )
-        .map_or(now, |secs| now.plus(secs));
+        // Public keys are harmless to keep: `no-store` still gets the minimum, so requests
+        // with bad assertions cannot turn into one fetch each.
+        let until = now.plus(
+            cimd::cache_secs(
+                fetched.cache_control(),
+                self.policy.cache_min_secs,
+                self.policy.cache_max_secs,
+            )
+            .unwrap_or(self.policy.cache_min_secs),
+        );
         let mut cache = self
             .key_cache
             .lock()
