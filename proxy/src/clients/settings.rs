@@ -567,6 +567,52 @@ remember_consent = false
     }
 
     #[test]
+    fn private_key_jwt_clients_need_exactly_one_usable_key_source() {
+        let base = "[[clients]]\nclient_id = \"s\"\nclient_name = \"S\"\nredirect_uris = [\"https://s.example/cb\"]\ntoken_endpoint_auth_method = \"private_key_jwt\"\n";
+        let (c, errs) = clients(&format!(
+            "{base}jwks_uri = \"https://s.example/jwks.json\"\n"
+        ));
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(c[0].auth_method, TokenAuthMethod::PrivateKeyJwt);
+        assert!(matches!(
+            c[0].keys,
+            Some(super::super::jwks::KeySource::Uri(_))
+        ));
+        let (_, errs) = clients(&format!(
+            "{base}jwks_uri = \"http://127.0.0.1:9/jwks.json\"\n"
+        ));
+        assert!(errs.is_empty(), "loopback http for development: {errs:?}");
+        for (extra, says) in [
+            ("", "exactly one of jwks or jwks_uri"),
+            ("jwks_uri = \"http://s.example/jwks.json\"\n", "jwks_uri"),
+            (
+                "jwks_uri = \"https://s.example/j\"\njwks = '{\"keys\":[]}'\n",
+                "exclusive",
+            ),
+            (
+                "jwks = '{\"keys\":[{\"kty\":\"oct\",\"k\":\"c2VjcmV0\"}]}'\n",
+                "symmetric",
+            ),
+            ("jwks = 'not json'\n", "not a JSON Web Key Set"),
+            (
+                "jwks_uri = \"https://s.example/j\"\nclient_secret_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n",
+                "no client_secret_sha256",
+            ),
+        ] {
+            let (_, errs) = clients(&format!("{base}{extra}"));
+            assert!(errs.iter().any(|e| e.contains(says)), "{extra}: {errs:?}");
+        }
+        // Keys without private_key_jwt are a mistake, not silently unused.
+        let (_, errs) = clients(
+            "[[clients]]\nclient_id = \"p\"\nclient_name = \"P\"\nredirect_uris = [\"https://p.example/cb\"]\njwks_uri = \"https://p.example/j\"\n",
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("private_key_jwt")),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn cimd_bounds() {
         let mut errs = Vec::new();
         let p = validate_cimd(&RawCimd::default(), &mut errs);
