@@ -56,6 +56,7 @@ mod clients {
     pub mod cimd;
     pub mod doc_server;
     mod preregistered;
+    mod private_key_jwt;
     pub mod ssrf;
     mod warnings;
 }

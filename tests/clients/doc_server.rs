@@ -2,6 +2,7 @@
 //! change (body, status, headers) and which counts the requests it got; and a TCP listener
 //! that only counts connection attempts (for "nothing was connected to").
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +26,8 @@ pub struct Answer {
 #[derive(Default)]
 struct Shared {
     answer: Mutex<Option<Answer>>,
+    /// Answers at other paths (a key set next to the document).
+    others: Mutex<HashMap<String, Answer>>,
     hits: Mutex<Vec<String>>,
 }
 
@@ -85,6 +88,32 @@ impl DocServer {
         *self.shared.answer.lock().unwrap() = Some(a);
     }
 
+    /// Answer at another path (e.g. the client's `jwks_uri`) with this JSON.
+    pub fn serve_json_at(&self, path: &str, v: &Value, headers: &[(&str, &str)]) {
+        self.shared.others.lock().unwrap().insert(
+            path.to_owned(),
+            Answer {
+                status: 200,
+                body: v.to_string(),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            },
+        );
+    }
+
+    /// How often `path` was requested.
+    pub fn hits_at(&self, path: &str) -> usize {
+        self.shared
+            .hits
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| *p == path)
+            .count()
+    }
+
     /// Paths requested so far.
     pub fn hits(&self) -> Vec<String> {
         self.shared.hits.lock().unwrap().clone()
@@ -93,12 +122,14 @@ impl DocServer {
 
 async fn serve(State(shared): State<Arc<Shared>>, uri: Uri) -> Response {
     shared.hits.lock().unwrap().push(uri.path().to_owned());
-    let Some(a) = shared.answer.lock().unwrap().clone() else {
+    let other = shared.others.lock().unwrap().get(uri.path()).cloned();
+    let Some(a) = other.or_else(|| {
+        (uri.path() == PATH)
+            .then(|| shared.answer.lock().unwrap().clone())
+            .flatten()
+    }) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    if uri.path() != PATH {
-        return StatusCode::NOT_FOUND.into_response();
-    }
     let mut resp = (StatusCode::from_u16(a.status).unwrap(), a.body).into_response();
     resp.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,

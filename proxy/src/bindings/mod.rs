@@ -14,6 +14,7 @@
 //! | connect-link opener | [`connect_link`] | `OpenedBy` |
 //! | admission (`[access]`) | [`admission`] | `Admitted` (storing a session or grant needs it) |
 //! | consent = real access | [`consent_scope`] | `WithinConsent` (storing a GitHub grant needs it) |
+//! | client assertion (`private_key_jwt`) | [`client_assertion`] | `Verified`, then `Asserted` (jti used once) |
 //!
 //! `flows::codes::issue_code` needs all of them before a code exists. Each witness has private
 //! fields, no `Clone`, and a `compile_fail` doc-test on its type.
@@ -26,6 +27,7 @@ pub mod approvals;
 pub mod audience;
 pub mod backend;
 pub mod browser_state;
+pub mod client_assertion;
 pub mod connect_link;
 pub mod consent_cookie;
 pub mod consent_registry;

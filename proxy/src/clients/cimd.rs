@@ -5,7 +5,8 @@
 use serde_json::Value;
 use url::Url;
 
-use crate::oauth::registration::{ClientMetadata, RegistrationRequest};
+use super::jwks::{self, KeySource};
+use crate::oauth::registration::{ClientMetadata, RegistrationRequest, TokenAuthMethod};
 use crate::oauth::scope::ScopeSet;
 
 /// Longest `client_id` URL accepted.
@@ -41,9 +42,17 @@ pub enum CimdError {
     /// A shared-secret authentication method or a `client_secret`.
     #[error("shared secret")]
     SharedSecret,
-    /// `private_key_jwt`, which this server cannot verify yet.
+    /// No authentication method this server supports (`none`, or `private_key_jwt` with
+    /// keys).
     #[error("unsupported auth method")]
     UnsupportedAuthMethod,
+    /// `private_key_jwt` only, without `jwks` or `jwks_uri`.
+    #[error("no keys")]
+    NoKeys,
+    /// Both `jwks` and `jwks_uri`, an unusable `jwks`, or a `jwks_uri` that is not a URL we
+    /// would fetch.
+    #[error("bad keys")]
+    BadKeys(&'static str),
     /// Other metadata failed the registration rules.
     #[error("invalid metadata: {0}")]
     Invalid(&'static str),
@@ -72,8 +81,12 @@ impl CimdError {
                 "the client metadata document uses a shared-secret authentication method, which metadata documents must not"
             }
             CimdError::UnsupportedAuthMethod => {
-                "the client metadata document's token_endpoint_auth_method is not supported (use none)"
+                "the client metadata document's token_endpoint_auth_method is not supported (use none or private_key_jwt)"
             }
+            CimdError::NoKeys => {
+                "the client metadata document uses private_key_jwt but has neither jwks nor jwks_uri"
+            }
+            CimdError::BadKeys(d) => d,
             CimdError::Invalid(d) => d,
             CimdError::Blocked => "this application has been blocked by the server's operators",
         }
@@ -137,12 +150,99 @@ pub fn parse_url(id: &str, allow_http_loopback: bool) -> Result<Url, CimdError> 
 /// A document that passed validation.
 #[derive(Debug, Clone)]
 pub struct Document {
-    /// The metadata, under the same rules as dynamic registration.
+    /// The metadata, under the same rules as dynamic registration; `auth_method` is the one
+    /// chosen ([`choose_method`]).
     pub metadata: ClientMetadata,
+    /// The client's keys, when it authenticates with `private_key_jwt`.
+    pub keys: Option<KeySource>,
 }
 
-/// Validates a fetched document for the URL `id`.
-pub fn validate(id: &str, body: &[u8], offered: &ScopeSet) -> Result<Document, CimdError> {
+/// The authentication methods a document declares: `token_endpoint_auth_method` (a string,
+/// or a list where a document gives one) and `token_endpoint_auth_methods_supported` if
+/// present. Nothing declared is `none`.
+fn declared_methods(obj: &serde_json::Map<String, Value>) -> Result<Vec<String>, CimdError> {
+    let mut out = Vec::new();
+    for member in [
+        "token_endpoint_auth_method",
+        "token_endpoint_auth_methods_supported",
+    ] {
+        match obj.get(member) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(m)) => out.push(m.clone()),
+            Some(Value::Array(list)) => {
+                for m in list {
+                    out.push(
+                        m.as_str()
+                            .ok_or(CimdError::UnsupportedAuthMethod)?
+                            .to_owned(),
+                    );
+                }
+            }
+            Some(_) => return Err(CimdError::UnsupportedAuthMethod),
+        }
+    }
+    if out.is_empty() {
+        out.push("none".to_owned());
+    }
+    Ok(out)
+}
+
+/// Chooses one method we support from those declared: `private_key_jwt` when the document
+/// has keys (it authenticates the client, `none` does not), else `none`. Shared-secret
+/// methods are never chosen (nobody issued the secret), and a document declaring only those
+/// is refused as such.
+pub fn choose_method(declared: &[String], has_keys: bool) -> Result<TokenAuthMethod, CimdError> {
+    let has = |m: &str| declared.iter().any(|d| d == m);
+    if has("private_key_jwt") && has_keys {
+        Ok(TokenAuthMethod::PrivateKeyJwt)
+    } else if has("none") {
+        Ok(TokenAuthMethod::None)
+    } else if has("private_key_jwt") {
+        Err(CimdError::NoKeys)
+    } else if declared.iter().any(|d| d.starts_with("client_secret")) {
+        Err(CimdError::SharedSecret)
+    } else {
+        Err(CimdError::UnsupportedAuthMethod)
+    }
+}
+
+/// The document's keys: `jwks` (checked here) or `jwks_uri` (a URL under the same rules as a
+/// client id URL: https, or http to loopback with the development setting). Not both.
+fn document_keys(
+    obj: &serde_json::Map<String, Value>,
+    allow_http_loopback: bool,
+) -> Result<Option<KeySource>, CimdError> {
+    match (obj.get("jwks"), obj.get("jwks_uri")) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(CimdError::BadKeys(
+            "the client metadata document has both jwks and jwks_uri",
+        )),
+        (Some(set), None) => jwks::parse_set(set)
+            .map(|s| Some(KeySource::Inline(std::sync::Arc::new(s))))
+            .map_err(|e| CimdError::BadKeys(e.description())),
+        (None, Some(uri)) => {
+            let uri = uri.as_str().ok_or(CimdError::BadKeys(
+                "the client metadata document's jwks_uri is not a string",
+            ))?;
+            parse_url(uri, allow_http_loopback)
+                .map(|u| Some(KeySource::Uri(u)))
+                .map_err(|_| {
+                    CimdError::BadKeys(
+                        "the client metadata document's jwks_uri must be an https URL in normalized form",
+                    )
+                })
+        }
+    }
+}
+
+/// Validates a fetched document for the URL `id`. With `allow_http_loopback` (the
+/// development setting) a `jwks_uri` may be plain http to loopback, as the id may.
+pub fn validate(
+    id: &str,
+    body: &[u8],
+    offered: &ScopeSet,
+    allow_http_loopback: bool,
+) -> Result<Document, CimdError> {
     let mut doc: Value = serde_json::from_slice(body).map_err(|_| CimdError::NotJson)?;
     let obj = doc.as_object_mut().ok_or(CimdError::NotJson)?;
     // Simple string comparison (RFC 3986 §6.2.1): no normalization on either side.
@@ -152,17 +252,9 @@ pub fn validate(id: &str, body: &[u8], offered: &ScopeSet) -> Result<Document, C
     if obj.contains_key("client_secret") || obj.contains_key("client_secret_expires_at") {
         return Err(CimdError::SharedSecret);
     }
-    match obj.get("token_endpoint_auth_method") {
-        None => {}
-        Some(Value::String(m)) if m == "none" => {}
-        Some(Value::String(m)) if m.starts_with("client_secret") => {
-            return Err(CimdError::SharedSecret);
-        }
-        Some(Value::String(m)) if m == "private_key_jwt" => {
-            return Err(CimdError::UnsupportedAuthMethod);
-        }
-        Some(_) => return Err(CimdError::UnsupportedAuthMethod),
-    }
+    let declared = declared_methods(obj)?;
+    let keys = document_keys(obj, allow_http_loopback)?;
+    let method = choose_method(&declared, keys.is_some())?;
     let has_name = obj
         .get("client_name")
         .and_then(Value::as_str)
@@ -177,17 +269,21 @@ pub fn validate(id: &str, body: &[u8], offered: &ScopeSet) -> Result<Document, C
     if !has_redirect {
         return Err(CimdError::NoRedirectUris);
     }
-    // Public client: the registration rules' default (client_secret_basic) does not apply.
+    // No shared secret either way: the registration rules' default (client_secret_basic)
+    // does not apply, and the chosen method is set below.
     obj.insert("token_endpoint_auth_method".into(), Value::from("none"));
+    obj.remove("token_endpoint_auth_methods_supported");
     let req: RegistrationRequest = serde_json::from_value(doc)
         .map_err(|_| CimdError::Invalid("the client metadata document has malformed members"))?;
-    let metadata = req
+    let mut metadata = req
         .validate(offered)
         .map_err(|e| CimdError::Invalid(e.description))?;
     if metadata.client_name.is_none() {
         return Err(CimdError::MissingName);
     }
-    Ok(Document { metadata })
+    metadata.auth_method = method;
+    let keys = keys.filter(|_| method == TokenAuthMethod::PrivateKeyJwt);
+    Ok(Document { metadata, keys })
 }
 
 /// How long a valid document may be cached: `max-age` clamped to `[min, max]`; nothing for
@@ -276,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_valid_document_is_a_public_client() {
-        let d = validate(URL, doc("").as_bytes(), &offered()).unwrap();
+        let d = validate(URL, doc("").as_bytes(), &offered(), false).unwrap();
         assert_eq!(d.metadata.client_name.as_deref(), Some("App"));
         assert_eq!(
             d.metadata.auth_method,
@@ -286,7 +382,8 @@ mod tests {
             validate(
                 URL,
                 doc(r#","token_endpoint_auth_method":"none""#).as_bytes(),
-                &offered()
+                &offered(),
+                false
             )
             .is_ok()
         );
@@ -301,7 +398,7 @@ mod tests {
         ] {
             let body = doc("").replace(URL, other);
             assert_eq!(
-                validate(URL, body.as_bytes(), &offered()).unwrap_err(),
+                validate(URL, body.as_bytes(), &offered(), false).unwrap_err(),
                 CimdError::ClientIdMismatch
             );
         }
@@ -316,13 +413,13 @@ mod tests {
         ] {
             let body = doc(&format!(r#","token_endpoint_auth_method":"{m}""#));
             assert_eq!(
-                validate(URL, body.as_bytes(), &offered()).unwrap_err(),
+                validate(URL, body.as_bytes(), &offered(), false).unwrap_err(),
                 CimdError::SharedSecret
             );
         }
         let body = doc(r#","client_secret":"s""#);
         assert_eq!(
-            validate(URL, body.as_bytes(), &offered()).unwrap_err(),
+            validate(URL, body.as_bytes(), &offered(), false).unwrap_err(),
             CimdError::SharedSecret
         );
     }
@@ -332,36 +429,116 @@ mod tests {
         let no_name =
             format!(r#"{{"client_id":"{URL}","redirect_uris":["https://app.example/cb"]}}"#);
         assert_eq!(
-            validate(URL, no_name.as_bytes(), &offered()).unwrap_err(),
+            validate(URL, no_name.as_bytes(), &offered(), false).unwrap_err(),
             CimdError::MissingName
         );
         let empty = format!(r#"{{"client_id":"{URL}","client_name":"A","redirect_uris":[]}}"#);
         assert_eq!(
-            validate(URL, empty.as_bytes(), &offered()).unwrap_err(),
+            validate(URL, empty.as_bytes(), &offered(), false).unwrap_err(),
             CimdError::NoRedirectUris
         );
         let js = doc("").replace("https://app.example/cb", "javascript:alert(1)");
         assert!(matches!(
-            validate(URL, js.as_bytes(), &offered()).unwrap_err(),
+            validate(URL, js.as_bytes(), &offered(), false).unwrap_err(),
             CimdError::Invalid(_)
         ));
         assert_eq!(
-            validate(URL, b"<html>", &offered()).unwrap_err(),
+            validate(URL, b"<html>", &offered(), false).unwrap_err(),
             CimdError::NotJson
         );
         assert_eq!(
-            validate(URL, b"[1]", &offered()).unwrap_err(),
+            validate(URL, b"[1]", &offered(), false).unwrap_err(),
             CimdError::NotJson
         );
         assert_eq!(
             validate(
                 URL,
                 doc(r#","token_endpoint_auth_method":"private_key_jwt""#).as_bytes(),
-                &offered()
+                &offered(),
+                false
             )
             .unwrap_err(),
-            CimdError::UnsupportedAuthMethod
+            CimdError::NoKeys
         );
+    }
+
+    #[test]
+    fn one_supported_method_is_chosen_from_those_listed() {
+        let m = |v: &[&str], keys| {
+            choose_method(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(), keys)
+        };
+        assert_eq!(
+            m(&["private_key_jwt", "none"], true),
+            Ok(TokenAuthMethod::PrivateKeyJwt)
+        );
+        assert_eq!(
+            m(&["private_key_jwt", "none"], false),
+            Ok(TokenAuthMethod::None)
+        );
+        assert_eq!(
+            m(&["client_secret_basic", "none"], false),
+            Ok(TokenAuthMethod::None)
+        );
+        assert_eq!(
+            m(&["client_secret_post", "private_key_jwt"], true),
+            Ok(TokenAuthMethod::PrivateKeyJwt)
+        );
+        assert_eq!(m(&["private_key_jwt"], false), Err(CimdError::NoKeys));
+        assert_eq!(
+            m(&["client_secret_jwt"], true),
+            Err(CimdError::SharedSecret)
+        );
+        assert_eq!(
+            m(&["tls_client_auth"], true),
+            Err(CimdError::UnsupportedAuthMethod)
+        );
+    }
+
+    #[test]
+    fn keys_come_from_jwks_or_an_https_jwks_uri_not_both() {
+        let pk = r#","token_endpoint_auth_method":"private_key_jwt""#;
+        let d = validate(
+            URL,
+            doc(&format!(
+                r#"{pk},"jwks_uri":"https://app.example/jwks.json""#
+            ))
+            .as_bytes(),
+            &offered(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(d.metadata.auth_method, TokenAuthMethod::PrivateKeyJwt);
+        assert!(matches!(d.keys, Some(KeySource::Uri(_))));
+        for bad in [
+            r#","jwks_uri":"http://app.example/jwks.json""#,
+            r#","jwks_uri":"https://app.example/jwks.json","jwks":{"keys":[]}"#,
+            r#","jwks":{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#,
+            r#","jwks_uri":7"#,
+        ] {
+            assert!(
+                matches!(
+                    validate(
+                        URL,
+                        doc(&format!("{pk}{bad}")).as_bytes(),
+                        &offered(),
+                        false
+                    ),
+                    Err(CimdError::BadKeys(_))
+                ),
+                "{bad}"
+            );
+        }
+        // The list form (token_endpoint_auth_methods_supported), without keys: none.
+        let d = validate(
+            URL,
+            doc(r#","token_endpoint_auth_methods_supported":["private_key_jwt","none"]"#)
+                .as_bytes(),
+            &offered(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(d.metadata.auth_method, TokenAuthMethod::None);
+        assert!(d.keys.is_none());
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub enum FetchError {
     /// The server answered with a status other than 200.
     #[error("status {0}")]
     Status(u16),
-    /// The body exceeded [`MAX_BODY_BYTES`].
+    /// The body exceeded [`MAX_BODY_BYTES`] (or the key-set limit).
     #[error("too large")]
     TooLarge,
 }
@@ -298,6 +298,32 @@ impl Fetcher {
         from: Option<IpAddr>,
         familiarity: Familiarity,
     ) -> Result<Fetched, FetchError> {
+        self.fetch_capped(url, now, from, familiarity, MAX_BODY_BYTES)
+            .await
+    }
+
+    /// Fetches a client's key set (`jwks_uri`, validated like a client id URL) under the same
+    /// rules and budgets as documents, with a body of at most `max_body` bytes.
+    pub async fn fetch_keys(
+        &self,
+        url: &Url,
+        now: UnixTime,
+        from: Option<IpAddr>,
+        familiarity: Familiarity,
+        max_body: usize,
+    ) -> Result<Fetched, FetchError> {
+        self.fetch_capped(url, now, from, familiarity, max_body)
+            .await
+    }
+
+    async fn fetch_capped(
+        &self,
+        url: &Url,
+        now: UnixTime,
+        from: Option<IpAddr>,
+        familiarity: Familiarity,
+        max_body: usize,
+    ) -> Result<Fetched, FetchError> {
         let known = familiarity == Familiarity::Known;
         // The caller's own budget first: it also bounds the name lookups one source causes.
         // A known URL whose source spent its share may still use the reserve (taken before
@@ -340,10 +366,7 @@ impl Fetcher {
         if status != reqwest::StatusCode::OK {
             return Err(FetchError::Status(status.as_u16()));
         }
-        if resp
-            .content_length()
-            .is_some_and(|n| n > MAX_BODY_BYTES as u64)
-        {
+        if resp.content_length().is_some_and(|n| n > max_body as u64) {
             return Err(FetchError::TooLarge);
         }
         let cache_control = resp
@@ -353,7 +376,7 @@ impl Fetcher {
             .map(str::to_owned);
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|_| FetchError::Unreachable)? {
-            if body.len() + chunk.len() > MAX_BODY_BYTES {
+            if body.len() + chunk.len() > max_body {
                 return Err(FetchError::TooLarge);
             }
             body.extend_from_slice(&chunk);

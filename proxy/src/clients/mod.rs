@@ -11,6 +11,7 @@
 
 pub mod cimd;
 pub mod fetch;
+pub mod jwks;
 pub mod registration;
 mod settings;
 pub use settings::{
@@ -34,6 +35,8 @@ use crate::store::{self, Entry, SharedStore, Step, StoreError, cimd_clients};
 
 use cimd::CimdError;
 use fetch::{Familiarity, FetchError, FetchPolicy, Fetcher, Resolver};
+use jsonwebtoken::jwk::JwkSet;
+use jwks::KeySource;
 
 /// Most metadata documents held in memory.
 const MAX_CACHED: usize = 1024;
@@ -42,6 +45,11 @@ const MAX_CACHED: usize = 1024;
 pub const STALE_IF_ERROR_SECS: u64 = 86_400;
 /// Compare-and-swap attempts on one metadata-document record.
 const RECORD_ATTEMPTS: usize = 8;
+/// Shortest time between two fetches of one `jwks_uri` that an unknown `kid` asks for: an
+/// attacker's made-up `kid`s cannot make us hammer the client's key server.
+pub const JWKS_REFETCH_MIN_SECS: u64 = 60;
+/// Most key sets held in memory.
+const MAX_CACHED_KEY_SETS: usize = 1024;
 
 /// Every attempt at a metadata-document record lost a race.
 fn contended() -> ClientsError {
@@ -97,6 +105,8 @@ pub struct ResolvedClient {
     fingerprint: String,
     /// Whether an approval may be remembered.
     remember_consent: bool,
+    /// Its keys, for `private_key_jwt` clients.
+    keys: Option<KeySource>,
 }
 
 impl ResolvedClient {
@@ -121,6 +131,10 @@ impl ResolvedClient {
     pub fn verified(&self) -> bool {
         self.kind == ClientKind::Preregistered
     }
+    /// Where its `private_key_jwt` keys are (none for other methods).
+    pub fn keys(&self) -> Option<&KeySource> {
+        self.keys.as_ref()
+    }
     /// The client record, for callers that need only it.
     pub fn into_record(self) -> ClientRecord {
         self.record
@@ -132,6 +146,7 @@ impl ResolvedClient {
             kind: self.kind.clone(),
             fingerprint: self.fingerprint.clone(),
             remember_consent: self.remember_consent,
+            keys: self.keys.clone(),
         }
     }
 }
@@ -179,12 +194,31 @@ struct Cached {
     until: UnixTime,
 }
 
+struct CachedKeys {
+    keys: Arc<JwkSet>,
+    /// Served until then (the response's cache lifetime, bounded like documents').
+    until: UnixTime,
+    /// Last fetch, for [`JWKS_REFETCH_MIN_SECS`].
+    fetched_at: UnixTime,
+}
+
+/// Which keys [`Directory::keys`] should give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyFreshness {
+    /// Whatever is cached within its lifetime (fetched if nothing is).
+    Cached,
+    /// Newer ones than those just used: the assertion named a `kid` they lack. Fetched at
+    /// most once per [`JWKS_REFETCH_MIN_SECS`] per `jwks_uri`.
+    AfterUnknownKid,
+}
+
 /// Resolves client ids; held in `App`.
 pub struct Directory {
     preregistered: HashMap<String, PreregisteredClient>,
     policy: CimdPolicy,
     fetcher: Fetcher,
     cache: Mutex<HashMap<String, Cached>>,
+    key_cache: Mutex<HashMap<String, CachedKeys>>,
     store: SharedStore,
     clock: SharedClock,
     offered: ScopeSet,
@@ -225,6 +259,7 @@ impl Directory {
             ),
             policy,
             cache: Mutex::new(HashMap::new()),
+            key_cache: Mutex::new(HashMap::new()),
             store,
             clock,
             offered,
@@ -273,6 +308,7 @@ impl Directory {
             record,
             kind: ClientKind::Registered,
             remember_consent: true,
+            keys: None,
         }))
     }
 
@@ -422,9 +458,13 @@ impl Directory {
         let fetched = match self.fetcher.fetch(&url, now, from, familiarity).await {
             Ok(f) => f,
             Err(e) if e.is_temporary() => {
+                // Not for a private_key_jwt client: its keys are not stored, and without them
+                // the copy could not authenticate anyway.
                 if let Some(seen) = &stored
                     && let Some(validated) = seen.validated_at
                     && now.since(validated) <= STALE_IF_ERROR_SECS
+                    && seen.client.auth_method
+                        != crate::oauth::registration::TokenAuthMethod::PrivateKeyJwt
                 {
                     tracing::warn!(client_id = %id, error = %e, "client metadata document not fetched; serving the last valid one");
                     return Ok(ResolvedClient {
@@ -432,13 +472,20 @@ impl Directory {
                         record: seen.client.clone(),
                         kind: ClientKind::MetadataDocument { host },
                         remember_consent: true,
+                        keys: None,
                     });
                 }
                 return Err(e.into());
             }
             Err(e) => return Err(e.into()),
         };
-        let doc = cimd::validate(id.as_str(), fetched.body(), &self.offered)?;
+        let doc = cimd::validate(
+            id.as_str(),
+            fetched.body(),
+            &self.offered,
+            self.policy.dangerously_allow_loopback_for_development,
+        )?;
+        let keys = doc.keys;
         let m = doc.metadata;
         let record = ClientRecord {
             client_id: id.clone(),
@@ -457,6 +504,7 @@ impl Directory {
             record,
             kind: ClientKind::MetadataDocument { host },
             remember_consent: true,
+            keys,
         };
         if let Some(secs) = cimd::cache_secs(
             fetched.cache_control(),
@@ -524,6 +572,87 @@ impl Directory {
         )
         .await?
         .ok_or_else(contended)
+    }
+
+    /// The `private_key_jwt` keys of `client`: inline ones as given; a `jwks_uri`'s from the
+    /// cache within the response's cache lifetime (bounded by `[cimd]` `cache_min_secs` and
+    /// `cache_max_secs`), else fetched through the SSRF-safe fetcher under the documents'
+    /// budgets. `Ok(None)`: no keys, or none newer than those already tried.
+    pub async fn keys(
+        &self,
+        client: &ResolvedClient,
+        from: Option<IpAddr>,
+        freshness: KeyFreshness,
+    ) -> Result<Option<Arc<JwkSet>>, ClientsError> {
+        let url = match (&client.keys, freshness) {
+            (None, _) | (Some(KeySource::Inline(_)), KeyFreshness::AfterUnknownKid) => {
+                return Ok(None);
+            }
+            (Some(KeySource::Inline(set)), KeyFreshness::Cached) => {
+                return Ok(Some(set.clone()));
+            }
+            (Some(KeySource::Uri(url)), _) => url,
+        };
+        let now = self.clock.now();
+        let familiarity = {
+            let cache = self
+                .key_cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match (cache.get(url.as_str()), freshness) {
+                (Some(c), KeyFreshness::Cached) if now < c.until => {
+                    return Ok(Some(c.keys.clone()));
+                }
+                (Some(c), KeyFreshness::AfterUnknownKid)
+                    if now.since(c.fetched_at) < JWKS_REFETCH_MIN_SECS =>
+                {
+                    return Ok(None);
+                }
+                (Some(_), _) => Familiarity::Known,
+                (None, _) => Familiarity::New,
+            }
+        };
+        let fetched = self
+            .fetcher
+            .fetch_keys(url, now, from, familiarity, jwks::MAX_JWKS_BYTES)
+            .await?;
+        let set = Arc::new(
+            jwks::parse_body(fetched.body())
+                .map_err(|e| ClientsError::Document(CimdError::BadKeys(e.description())))?,
+        );
+        // Public keys are harmless to keep: `no-store` still gets the minimum, so requests
+        // with bad assertions cannot turn into one fetch each.
+        let until = now.plus(
+            cimd::cache_secs(
+                fetched.cache_control(),
+                self.policy.cache_min_secs,
+                self.policy.cache_max_secs,
+            )
+            .unwrap_or(self.policy.cache_min_secs),
+        );
+        let mut cache = self
+            .key_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= MAX_CACHED_KEY_SETS && !cache.contains_key(url.as_str()) {
+            // Full: drop the entry fetched longest ago.
+            if let Some(k) = cache
+                .iter()
+                .min_by_key(|(_, c)| c.fetched_at)
+                .map(|(k, _)| k.clone())
+            {
+                cache.remove(&k);
+            }
+        }
+        cache.insert(
+            url.as_str().to_owned(),
+            CachedKeys {
+                keys: set.clone(),
+                until,
+                fetched_at: now,
+            },
+        );
+        Ok(Some(set))
     }
 
     fn forget(&self, id: &str) {
@@ -610,6 +739,7 @@ fn preregistered(c: &PreregisteredClient) -> ResolvedClient {
         record,
         kind: ClientKind::Preregistered,
         remember_consent: c.remember_consent,
+        keys: c.keys.clone(),
     }
 }
 

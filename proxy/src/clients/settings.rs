@@ -25,6 +25,10 @@ pub struct RawClient {
     /// Hex SHA-256 of the client secret: the secret itself never sits in the config.
     client_secret_sha256: Option<String>,
     token_endpoint_auth_method: Option<String>,
+    /// `private_key_jwt`: the client's public keys, a JSON Web Key Set as a JSON string.
+    jwks: Option<String>,
+    /// `private_key_jwt`: where the client publishes its keys.
+    jwks_uri: Option<String>,
     #[serde(default = "yes")]
     remember_consent: bool,
 }
@@ -77,6 +81,8 @@ pub struct PreregisteredClient {
     pub secret_hash: Option<String>,
     /// Whether an approval may be remembered (false: the consent page every time).
     pub remember_consent: bool,
+    /// Its keys, with `private_key_jwt`.
+    pub keys: Option<super::jwks::KeySource>,
 }
 
 /// Client ID Metadata Document policy.
@@ -158,7 +164,22 @@ pub fn validate_clients(raw: &[RawClient], errs: &mut Vec<String>) -> Vec<Prereg
                 Some(h)
             }
         };
+        let keys = configured_keys(&at, c, errs);
         let auth_method = match (c.token_endpoint_auth_method.as_deref(), &secret_hash) {
+            (Some("private_key_jwt"), None) => {
+                if keys.is_none() {
+                    errs.push(format!(
+                        "{at}: private_key_jwt needs exactly one of jwks or jwks_uri"
+                    ));
+                }
+                TokenAuthMethod::PrivateKeyJwt
+            }
+            (Some("private_key_jwt"), Some(_)) => {
+                errs.push(format!(
+                    "{at}: a private_key_jwt client has no client_secret_sha256"
+                ));
+                TokenAuthMethod::PrivateKeyJwt
+            }
             (None | Some("none"), None) => TokenAuthMethod::None,
             (None | Some("client_secret_basic"), Some(_)) => TokenAuthMethod::ClientSecretBasic,
             (Some("client_secret_post"), Some(_)) => TokenAuthMethod::ClientSecretPost,
@@ -176,11 +197,16 @@ pub fn validate_clients(raw: &[RawClient], errs: &mut Vec<String>) -> Vec<Prereg
             }
             (Some(m), _) => {
                 errs.push(format!(
-                    "{at}.token_endpoint_auth_method: {m:?} (use none, client_secret_basic or client_secret_post)"
+                    "{at}.token_endpoint_auth_method: {m:?} (use none, client_secret_basic, client_secret_post or private_key_jwt)"
                 ));
                 TokenAuthMethod::None
             }
         };
+        if keys.is_some() && auth_method != TokenAuthMethod::PrivateKeyJwt {
+            errs.push(format!(
+                "{at}: jwks and jwks_uri are for token_endpoint_auth_method = \"private_key_jwt\""
+            ));
+        }
         out.push(PreregisteredClient {
             client_id: ClientId::new(id),
             client_name: name.to_owned(),
@@ -188,9 +214,59 @@ pub fn validate_clients(raw: &[RawClient], errs: &mut Vec<String>) -> Vec<Prereg
             auth_method,
             secret_hash,
             remember_consent: c.remember_consent,
+            keys,
         });
     }
     out
+}
+
+/// A configured client's `jwks` (a JSON key set, checked like a document's) or `jwks_uri`
+/// (https; plain http only to a loopback address, which the fetcher then also requires the
+/// `[cimd]` development setting for). Not both.
+fn configured_keys(
+    at: &str,
+    c: &RawClient,
+    errs: &mut Vec<String>,
+) -> Option<super::jwks::KeySource> {
+    use super::jwks::{self, KeySource};
+    match (&c.jwks, &c.jwks_uri) {
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            errs.push(format!("{at}: jwks and jwks_uri are exclusive"));
+            None
+        }
+        (Some(text), None) => {
+            let parsed = serde_json::from_str::<serde_json::Value>(text)
+                .map_err(|_| jwks::JwksError::NotASet)
+                .and_then(|v| jwks::parse_set(&v));
+            match parsed {
+                Ok(set) => Some(KeySource::Inline(std::sync::Arc::new(set))),
+                Err(e) => {
+                    errs.push(format!("{at}.jwks: {}", e.description()));
+                    None
+                }
+            }
+        }
+        (None, Some(uri)) => match url::Url::parse(uri) {
+            Ok(u)
+                if u.scheme() == "https"
+                    || (u.scheme() == "http"
+                        && match u.host() {
+                            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                            _ => false,
+                        }) =>
+            {
+                Some(KeySource::Uri(u))
+            }
+            _ => {
+                errs.push(format!(
+                    "{at}.jwks_uri: an https URL (plain http only to a loopback address, for development)"
+                ));
+                None
+            }
+        },
+    }
 }
 
 /// Validates `[cimd]`, pushing one readable line per problem into `errs`.
@@ -488,6 +564,52 @@ remember_consent = false
             "[[clients]]\nclient_id = \"a\"\nclient_name = \"X\"\nredirect_uris = [\"https://x.example/cb\"]\ntoken_endpoint_auth_method = \"client_secret_post\"\n",
         );
         assert!(errs[0].contains("client_secret_sha256"), "{errs:?}");
+    }
+
+    #[test]
+    fn private_key_jwt_clients_need_exactly_one_usable_key_source() {
+        let base = "[[clients]]\nclient_id = \"s\"\nclient_name = \"S\"\nredirect_uris = [\"https://s.example/cb\"]\ntoken_endpoint_auth_method = \"private_key_jwt\"\n";
+        let (c, errs) = clients(&format!(
+            "{base}jwks_uri = \"https://s.example/jwks.json\"\n"
+        ));
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(c[0].auth_method, TokenAuthMethod::PrivateKeyJwt);
+        assert!(matches!(
+            c[0].keys,
+            Some(super::super::jwks::KeySource::Uri(_))
+        ));
+        let (_, errs) = clients(&format!(
+            "{base}jwks_uri = \"http://127.0.0.1:9/jwks.json\"\n"
+        ));
+        assert!(errs.is_empty(), "loopback http for development: {errs:?}");
+        for (extra, says) in [
+            ("", "exactly one of jwks or jwks_uri"),
+            ("jwks_uri = \"http://s.example/jwks.json\"\n", "jwks_uri"),
+            (
+                "jwks_uri = \"https://s.example/j\"\njwks = '{\"keys\":[]}'\n",
+                "exclusive",
+            ),
+            (
+                "jwks = '{\"keys\":[{\"kty\":\"oct\",\"k\":\"c2VjcmV0\"}]}'\n",
+                "symmetric",
+            ),
+            ("jwks = 'not json'\n", "not a JSON Web Key Set"),
+            (
+                "jwks_uri = \"https://s.example/j\"\nclient_secret_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n",
+                "no client_secret_sha256",
+            ),
+        ] {
+            let (_, errs) = clients(&format!("{base}{extra}"));
+            assert!(errs.iter().any(|e| e.contains(says)), "{extra}: {errs:?}");
+        }
+        // Keys without private_key_jwt are a mistake, not silently unused.
+        let (_, errs) = clients(
+            "[[clients]]\nclient_id = \"p\"\nclient_name = \"P\"\nredirect_uris = [\"https://p.example/cb\"]\njwks_uri = \"https://p.example/j\"\n",
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("private_key_jwt")),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub enum TokenAuthMethod {
     ClientSecretPost,
     /// Secret in HTTP Basic.
     ClientSecretBasic,
+    /// A JWT signed with one of the client's keys (RFC 7523 §2.2): metadata-document and
+    /// configured clients with keys only (not dynamic registration).
+    PrivateKeyJwt,
 }
 
 impl TokenAuthMethod {
@@ -26,6 +29,7 @@ impl TokenAuthMethod {
             TokenAuthMethod::None => "none",
             TokenAuthMethod::ClientSecretPost => "client_secret_post",
             TokenAuthMethod::ClientSecretBasic => "client_secret_basic",
+            TokenAuthMethod::PrivateKeyJwt => "private_key_jwt",
         }
     }
 }

@@ -26,6 +26,8 @@ pub(crate) async fn run(store: Arc<dyn Store>, clock: Arc<ManualClock>) {
     held_record_is_written_only_if_unchanged(store.clone()).await;
     put_many_writes_every_row_and_the_last_value_of_a_repeated_key(store.clone(), clock.clone())
         .await;
+    an_assertion_jti_is_used_once_under_concurrency_until_it_expires(store.clone(), clock.clone())
+        .await;
 }
 
 async fn put_many_writes_every_row_and_the_last_value_of_a_repeated_key(
@@ -58,6 +60,47 @@ async fn put_many_writes_every_row_and_the_last_value_of_a_repeated_key(
             ("many|1".to_owned(), b"last".to_vec(), soon),
             ("many|2".to_owned(), b"two".to_vec(), None),
         ]
+    );
+}
+
+async fn an_assertion_jti_is_used_once_under_concurrency_until_it_expires(
+    s: Arc<dyn Store>,
+    clock: Arc<ManualClock>,
+) {
+    use super::used_assertions::first_use;
+    let t = clock.now_for_tests();
+    let keep = t.plus(120);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move { first_use(s.as_ref(), "client-j", "jti-1", t, keep).await })
+        })
+        .collect();
+    let mut firsts = 0;
+    for t in tasks {
+        if t.await.unwrap().unwrap() {
+            firsts += 1;
+        }
+    }
+    assert_eq!(firsts, 1, "one jti authenticates once");
+    // Another client's jti of the same value is its own.
+    assert!(
+        first_use(s.as_ref(), "client-k", "jti-1", t, keep)
+            .await
+            .unwrap()
+    );
+    clock.advance(121);
+    // Past exp + skew the assertion is refused by its exp anyway; the record may go.
+    assert!(
+        first_use(
+            s.as_ref(),
+            "client-j",
+            "jti-1",
+            clock.now_for_tests(),
+            keep.plus(200)
+        )
+        .await
+        .unwrap()
     );
 }
 

@@ -41,6 +41,7 @@ pub mod standing;
 pub mod transactions;
 mod update;
 pub mod upstream_states;
+pub mod used_assertions;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -115,11 +116,14 @@ pub enum Keyspace {
     Standing,
     /// Admitted people's first approvals of a client, by client id.
     ClientApprovals,
+    /// `jti`s of client assertions already used (RFC 7523 §3 item 7), by hash of
+    /// `client|jti`, kept until the assertion's `exp` plus the allowed skew.
+    UsedAssertions,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 23] = [
+    pub const ALL: [Keyspace; 24] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -143,6 +147,7 @@ impl Keyspace {
         Keyspace::ClientDedupe,
         Keyspace::Standing,
         Keyspace::ClientApprovals,
+        Keyspace::UsedAssertions,
     ];
 
     /// On-disk name.
@@ -171,6 +176,7 @@ impl Keyspace {
             Keyspace::ClientDedupe => "client_dedupe",
             Keyspace::Standing => "standing",
             Keyspace::ClientApprovals => "client_approvals",
+            Keyspace::UsedAssertions => "used_assertions",
         }
     }
 }
