@@ -85,6 +85,7 @@ struct Inner {
     codes: Counter,
     tokens: Counter,
     refreshes: Counter,
+    refresh_branches: Counter,
     reuse: Family<KindLabels, Counter>,
     rejections: Family<RejectionLabels, Counter>,
     connect_links: Family<OutcomeLabels, Counter>,
@@ -213,6 +214,12 @@ impl Metrics {
         );
         let refreshes = Counter::default();
         registry.register("refreshes", "Refresh tokens rotated", refreshes.clone());
+        let refresh_branches = Counter::default();
+        registry.register(
+            "refresh_branches",
+            "Refresh families branched by a recently superseded token of their own client",
+            refresh_branches.clone(),
+        );
         let reuse = Family::<KindLabels, Counter>::default();
         registry.register(
             "reuse_detections",
@@ -279,6 +286,7 @@ impl Metrics {
             codes,
             tokens,
             refreshes,
+            refresh_branches,
             reuse,
             rejections,
             connect_links,
@@ -353,6 +361,9 @@ impl Metrics {
             }
             Kind::TokenRefreshed => {
                 m.refreshes.inc();
+            }
+            Kind::RefreshBranched => {
+                m.refresh_branches.inc();
             }
             Kind::CodeReuse => {
                 m.reuse
@@ -560,6 +571,7 @@ mod tests {
             user_id: UserId::new("github:1"),
             client_id: ClientId::new("c"),
             family_id: FamilyId::new("f"),
+            case: "branch_limit",
         });
         m.audit_event(&AuditEvent::TokenRejected { reason: "revoked" });
         m.audit_event(&AuditEvent::TokenExchangeRefused {
