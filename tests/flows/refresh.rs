@@ -362,7 +362,18 @@ async fn refresh_token_replayed_days_later_by_the_same_client_follows_the_stated
     let late = c.refresh(&proxy, &rt(&t0), &[]).await;
     assert_eq!(late.status, 200, "{:?}", late.json);
     assert_ne!(rt(&late), rt(&r1));
-    assert_eq!(events(&proxy, "refresh_branched").await.len(), 1);
+    let branched = events(&proxy, "refresh_branched").await;
+    assert_eq!(branched.len(), 1);
+    // Two branches; the one that moved on 3 days ago and has not refreshed since is idle.
+    assert_eq!(
+        (
+            &branched[0]["branches"],
+            &branched[0]["live"],
+            &branched[0]["ip"]
+        ),
+        (&Value::from(2), &Value::from(1), &Value::from("127.0.0.1")),
+        "{branched:?}"
+    );
     assert!(events(&proxy, "alert_raised").await.is_empty());
     for token in [rt(&r1), rt(&late)] {
         assert_eq!(c.refresh(&proxy, &token, &[]).await.status, 200);

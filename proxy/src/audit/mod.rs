@@ -201,8 +201,10 @@ pub enum AuditEvent {
         client_id: ClientId,
         /// Family.
         family_id: FamilyId,
-        /// Live branches of the family after the fork.
+        /// Branches the family holds after the fork.
         branches: usize,
+        /// How many of them are live (count against `refresh_max_branches`).
+        live: usize,
         /// The client IP it came from, if known.
         ip: Option<std::net::IpAddr>,
     },
@@ -1007,6 +1009,7 @@ pub(crate) mod tests {
                 client_id: c(),
                 family_id: f(),
                 branches: 2,
+                live: 1,
                 ip: None,
             },
             AuditEvent::TokenRevoked {

@@ -39,8 +39,8 @@ enum Refreshed {
         now: UnixTime,
         /// A replay of the previous token inside the grace window.
         grace: bool,
-        /// A fork: live branches of the family after it.
-        branched: Option<usize>,
+        /// A fork: the family's branches after it, and how many of them are live.
+        branched: Option<(usize, usize)>,
     },
 }
 
@@ -126,8 +126,12 @@ pub(super) async fn refresh(
                         sealed: seal_replay(app, family_id, &refresh)?,
                     };
                     let next = grant::apply(&fam, decision, presented, Some(minted), now, &rules);
-                    let branched = (decision == RefreshDecision::Fork)
-                        .then(|| next.live_branches(now, rules.branch_idle_secs));
+                    let branched = (decision == RefreshDecision::Fork).then(|| {
+                        (
+                            next.branches.len(),
+                            next.live_branches(now, rules.branch_idle_secs),
+                        )
+                    });
                     // Written only if the family is still as read; lost to another rotation
                     // or fork, `update` reads it again (this request may now be its replay).
                     let expires = family_expiry(app, fam.created_at, now);
@@ -174,15 +178,17 @@ pub(super) async fn refresh(
             grace,
             branched,
         } => {
-            if let Some(branches) = branched {
+            if let Some((branches, live)) = branched {
                 // The trail of forks is what bounds a thief with a recent copy (SECURITY.md,
-                // "Refresh rotation"): no fork's token goes out unrecorded.
+                // "Refresh rotation"): a fork is answered only once its event is stored (if
+                // that write fails, the branch exists unrecorded, as after a crash here).
                 app.audit
                     .record(AuditEvent::RefreshBranched {
                         user_id: fam.user_id.clone(),
                         client_id: fam.client_id.clone(),
                         family_id: family_id.clone(),
                         branches,
+                        live,
                         ip: crate::audit::source::current(),
                     })
                     .await?;
