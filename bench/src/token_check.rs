@@ -74,20 +74,15 @@ async fn populate(app: &App, n: u64) -> Duration {
                         issued_at: t,
                         expires_at: t.plus(access_ttl),
                     };
-                    let family = FamilyRecord {
-                        family_id: fam.clone(),
-                        user_id: user,
-                        client_id: client.clone(),
-                        scopes: scopes.clone(),
-                        resource: resource.clone(),
-                        current: vec![crypto::hash_secret(&format!("refresh-{j}"))],
-                        previous: None,
-                        retired: Vec::new(),
-                        replay: None,
-                        rotated_at: t,
-                        created_at: t,
-                        revoked: false,
-                    };
+                    let family = FamilyRecord::new(
+                        fam.clone(),
+                        user,
+                        client.clone(),
+                        scopes.clone(),
+                        resource.clone(),
+                        crypto::hash_secret(&format!("refresh-{j}")),
+                        t,
+                    );
                     store
                         .put_json(
                             Keyspace::AccessTokens,

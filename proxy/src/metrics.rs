@@ -86,6 +86,7 @@ struct Inner {
     codes: Counter,
     tokens: Counter,
     refreshes: Counter,
+    refresh_branches: Counter,
     reuse: Family<KindLabels, Counter>,
     rejections: Family<RejectionLabels, Counter>,
     connect_links: Family<OutcomeLabels, Counter>,
@@ -234,6 +235,12 @@ impl Metrics {
         );
         let refreshes = Counter::default();
         registry.register("refreshes", "Refresh tokens rotated", refreshes.clone());
+        let refresh_branches = Counter::default();
+        registry.register(
+            "refresh_branches",
+            "Refresh families branched by a recently superseded token of their own client",
+            refresh_branches.clone(),
+        );
         let reuse = Family::<KindLabels, Counter>::default();
         registry.register(
             "reuse_detections",
@@ -324,6 +331,7 @@ impl Metrics {
             codes,
             tokens,
             refreshes,
+            refresh_branches,
             reuse,
             rejections,
             connect_links,
@@ -402,6 +410,9 @@ impl Metrics {
             }
             Kind::TokenRefreshed => {
                 m.refreshes.inc();
+            }
+            Kind::RefreshBranched => {
+                m.refresh_branches.inc();
             }
             Kind::CodeReuse => {
                 m.reuse
@@ -618,6 +629,7 @@ mod tests {
             user_id: UserId::new("github:1"),
             client_id: ClientId::new("c"),
             family_id: FamilyId::new("f"),
+            case: "branch_limit",
         });
         m.audit_event(&AuditEvent::TokenRejected { reason: "revoked" });
         m.audit_event(&AuditEvent::TokenExchangeRefused {

@@ -133,7 +133,7 @@ async fn attacker_approving_their_own_fresh_client_first_does_not_silence_the_al
 #[tokio::test]
 async fn refresh_token_reuse_raises_an_alert() {
     let proxy = TestProxy::start_with(Options {
-        extra_toml: "[tokens]\nrefresh_grace_secs = 30\n".into(),
+        extra_toml: "[tokens]\nrefresh_reuse = \"strict\"\nrefresh_grace_secs = 30\n".into(),
         ..Options::default()
     })
     .await;

@@ -239,7 +239,7 @@ async fn event_flood_while_the_receiver_is_down_does_not_crowd_out_a_later_alert
     );
     options
         .extra_toml
-        .push_str("[tokens]\nrefresh_grace_secs = 30\n");
+        .push_str("[tokens]\nrefresh_reuse = \"strict\"\nrefresh_grace_secs = 30\n");
     let proxy = TestProxy::start_with(options).await;
     let c = Client::register(&proxy, "Flooded", "http://127.0.0.1:9/cb").await;
     let t0 = c.tokens(&proxy, &Browser::new(), "alice").await;

@@ -5,7 +5,8 @@
 //!
 //! 1. a code confirmed redeemed (200) is refused when presented again, and no code is ever
 //!    confirmed twice;
-//! 2. a refresh token confirmed rotated away is never accepted again (`refresh_grace_secs = 0`;
+//! 2. a refresh token confirmed rotated away is never accepted again (`refresh_reuse =
+//!    "strict"`, `refresh_grace_secs = 0`;
 //!    the only tolerated answer is the documented replay of the very same successor), and no
 //!    rotation ever yields two different successors;
 //! 3. nothing revoked is honoured after its revocation response (`/revoke` of a refresh or an

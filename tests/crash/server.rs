@@ -134,6 +134,7 @@ connect_link = "{k4}"
 request_state = "{k5}"
 
 [tokens]
+refresh_reuse = "strict"
 refresh_grace_secs = 0
 
 # The load comes from one address far faster than any client would send it; this test checks

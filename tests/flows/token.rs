@@ -353,7 +353,7 @@ async fn refresh_by_a_client_without_the_refresh_grant_is_unauthorized() {
         .unwrap()
         .unwrap();
     let token = mcp_oauth_proxy::oauth::grant::new_refresh_token(&fam.family_id).unwrap();
-    fam.current = vec![token.hash()];
+    fam.branches[0].head = token.hash();
     proxy
         .app
         .store

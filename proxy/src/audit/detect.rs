@@ -171,6 +171,20 @@ pub struct Detector {
     wrong_audience: Mutex<RateWindow>,
 }
 
+/// What a `refresh_reuse` case means, for the alert's text.
+fn reuse_case_text(case: &str) -> String {
+    let what = match case {
+        "previous_outside_grace" => "the token just replaced, after the grace window",
+        "retired" => "a token replaced more than one rotation ago",
+        "stale_beyond_window" => "a copy replaced longer ago than refresh_stale_secs",
+        "branch_limit" => {
+            "a recent copy, but the family already has refresh_max_branches live branches"
+        }
+        _ => "unknown case",
+    };
+    format!("case {case}: {what}")
+}
+
 impl Detector {
     /// A detector with these thresholds.
     pub fn new(policy: &AlertPolicy) -> Detector {
@@ -190,13 +204,15 @@ impl Detector {
                 user_id,
                 client_id,
                 family_id,
+                case,
             } => Some(alert(
                 AlertKind::RefreshTokenReuse,
                 Some(user_id.clone()),
                 Some(client_id.clone()),
                 format!(
-                    "an old refresh token of family {} was presented; the family is revoked",
-                    family_id.as_str()
+                    "an old refresh token of family {} was presented ({}); the family is revoked",
+                    family_id.as_str(),
+                    reuse_case_text(case)
                 ),
             )),
             AuditEvent::ConnectLinkRefused {
@@ -332,6 +348,7 @@ mod tests {
             user_id: UserId::new("github:1"),
             client_id: ClientId::new("mcpc_a"),
             family_id: FamilyId::new("f"),
+            case: "stale_beyond_window",
         };
         let wrong = AuditEvent::ConnectLinkRefused {
             link_id: "l".into(),

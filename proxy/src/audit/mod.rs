@@ -189,6 +189,26 @@ pub enum AuditEvent {
         client_id: ClientId,
         /// Family.
         family_id: FamilyId,
+        /// Which case the refresh policy believes it saw (`oauth::grant::ReuseCase`):
+        /// "previous_outside_grace", "retired", "stale_beyond_window" or "branch_limit".
+        case: &'static str,
+    },
+    /// A recently superseded refresh token of the family's own client started a branch of
+    /// its own (`[tokens] refresh_reuse = "branch"`): another process of the client, or a
+    /// thief with a recent copy (not an alert; the trail and the metric show how often).
+    RefreshBranched {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Family.
+        family_id: FamilyId,
+        /// Branches the family holds after the fork.
+        branches: usize,
+        /// How many of them are live (count against `refresh_max_branches`).
+        live: usize,
+        /// The client IP it came from, if known.
+        ip: Option<std::net::IpAddr>,
     },
     /// A token was revoked by its client (RFC 7009).
     TokenRevoked {
@@ -411,6 +431,8 @@ pub enum Kind {
     TokenRefreshed,
     /// `refresh_reuse`.
     RefreshReuse,
+    /// `refresh_branched`.
+    RefreshBranched,
     /// `token_revoked`.
     TokenRevoked,
     /// `token_rejected`.
@@ -455,7 +477,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 36] = [
+    pub const ALL: [Kind; 37] = [
         Kind::ClientRegistered,
         Kind::RegistrationRefused,
         Kind::ClientDeleted,
@@ -472,6 +494,7 @@ impl Kind {
         Kind::TokenIssued,
         Kind::TokenRefreshed,
         Kind::RefreshReuse,
+        Kind::RefreshBranched,
         Kind::TokenRevoked,
         Kind::TokenRejected,
         Kind::HandleRejected,
@@ -513,6 +536,7 @@ impl Kind {
             Kind::TokenIssued => "token_issued",
             Kind::TokenRefreshed => "token_refreshed",
             Kind::RefreshReuse => "refresh_reuse",
+            Kind::RefreshBranched => "refresh_branched",
             Kind::TokenRevoked => "token_revoked",
             Kind::TokenRejected => "token_rejected",
             Kind::HandleRejected => "handle_rejected",
@@ -562,6 +586,7 @@ impl AuditEvent {
             AuditEvent::TokenIssued { .. } => Kind::TokenIssued,
             AuditEvent::TokenRefreshed { .. } => Kind::TokenRefreshed,
             AuditEvent::RefreshReuse { .. } => Kind::RefreshReuse,
+            AuditEvent::RefreshBranched { .. } => Kind::RefreshBranched,
             AuditEvent::TokenRevoked { .. } => Kind::TokenRevoked,
             AuditEvent::TokenRejected { .. } => Kind::TokenRejected,
             AuditEvent::HandleRejected { .. } => Kind::HandleRejected,
@@ -916,9 +941,10 @@ pub(crate) mod tests {
             E::SignInRefused { .. } => 33,
             E::AccessLost { .. } => 34,
             E::AnonymousRefusals { .. } => 35,
+            E::RefreshBranched { .. } => 36,
         }
     }
-    const VARIANTS: usize = 36;
+    const VARIANTS: usize = 37;
 
     /// What the sink reported, one line each (the metrics registry sits above audit).
     #[derive(Clone, Default)]
@@ -1054,6 +1080,15 @@ pub(crate) mod tests {
                 user_id: u(),
                 client_id: c(),
                 family_id: f(),
+                case: "stale_beyond_window",
+            },
+            AuditEvent::RefreshBranched {
+                user_id: u(),
+                client_id: c(),
+                family_id: f(),
+                branches: 2,
+                live: 1,
+                ip: None,
             },
             AuditEvent::TokenRevoked {
                 client_id: c(),

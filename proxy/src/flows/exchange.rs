@@ -285,18 +285,16 @@ mod tests {
 
     fn family(id: &str, user: &str, client: &str, revoked: bool, at: UnixTime) -> FamilyRecord {
         FamilyRecord {
-            family_id: FamilyId::new(id),
-            user_id: UserId::new(user),
-            client_id: ClientId::new(client),
-            scopes: ScopeSet::from_list(["read:user".to_owned()]),
-            resource: "https://mcp.example.com/mcp".to_owned(),
-            current: vec![],
-            previous: None,
-            retired: vec![],
-            replay: None,
-            rotated_at: at,
-            created_at: at,
             revoked,
+            ..FamilyRecord::new(
+                FamilyId::new(id),
+                UserId::new(user),
+                ClientId::new(client),
+                ScopeSet::from_list(["read:user".to_owned()]),
+                "https://mcp.example.com/mcp".to_owned(),
+                String::new(),
+                at,
+            )
         }
     }
 

@@ -2,10 +2,13 @@
 //!
 //! Tokens are opaque random strings with a type prefix (so secret scanners and our own
 //! log checks recognise them) and are stored only as SHA-256 hashes. A refresh token names its
-//! family: `mcprt_<family>.<secret>`. Rotation: the current token yields a new one and
-//! becomes "previous"; the previous one is honoured only inside a short grace window (a client
-//! that retried, or refreshed from two egress IPs); any older token is reuse and revokes the
-//! whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2).
+//! family: `mcprt_<family>.<secret>`. Rotation: a branch's head yields a new one and becomes
+//! that branch's "previous", honoured only inside a short grace window (a client that retried,
+//! or refreshed from two egress IPs). A token replaced earlier is, in `branch` mode, a stale
+//! copy of another process of the same client if it was replaced recently and the family has
+//! room: it starts a branch of its own; otherwise (and always in `strict` mode) it is reuse and
+//! revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2). SECURITY.md, "Refresh
+//! rotation", gives the reasoning.
 
 use serde::{Deserialize, Serialize};
 
@@ -95,8 +98,92 @@ pub fn new_client_secret() -> Result<ClientSecret, CryptoError> {
     )))
 }
 
-/// One authorization's refresh-token family, as stored (`store::records` re-exports it).
+/// `[tokens] refresh_reuse`: what a superseded refresh token of the family's own client means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReuseMode {
+    /// A copy superseded recently, while the family has room, starts a branch of its own (a
+    /// second process of the same client that refreshed from a stale copy); anything else is
+    /// reuse. The default, for clients that run several processes on one stored credential.
+    Branch,
+    /// Any superseded token outside the grace window is reuse (one process per credential).
+    Strict,
+}
+
+impl ReuseMode {
+    /// The configuration name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReuseMode::Branch => "branch",
+            ReuseMode::Strict => "strict",
+        }
+    }
+}
+
+/// The refresh rules `decide` and `apply` follow (from `[tokens]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefreshRules {
+    /// `refresh_reuse`.
+    pub mode: ReuseMode,
+    /// `refresh_grace_secs`: a duplicate of the request that rotated (or forked) gets its answer
+    /// again this long.
+    pub grace_secs: u64,
+    /// `refresh_stale_secs`: a token superseded at most this long ago may start a branch.
+    pub stale_secs: u64,
+    /// `refresh_branch_idle_secs`: a branch whose head was issued longer ago than this no
+    /// longer counts against `max_branches` (its head still rotates).
+    pub branch_idle_secs: u64,
+    /// `refresh_max_branches`: live branches a family may have.
+    pub max_branches: usize,
+}
+
+/// One line of rotation within a family: what one process of the client holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Branch {
+    /// Its number within the family (0 is the one the code started).
+    pub id: u32,
+    /// Hash of the token that is currently valid on this branch.
+    pub head: String,
+    /// Hash of the token `head` replaced, replayed until `rotated_at + grace`.
+    pub previous: Option<String>,
+    /// `head`, sealed (AES-256-GCM, token-encryption key, family id as associated data), kept
+    /// for replays of `previous` inside the grace window.
+    pub replay: Option<String>,
+    /// When `head` was issued (the last time this branch was used).
+    pub rotated_at: UnixTime,
+}
+
+/// A token the family issued and then replaced: presenting it is a fork or reuse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Superseded {
+    /// Its hash.
+    pub hash: String,
+    /// When it was replaced.
+    pub at: UnixTime,
+    /// The branch on which it was replaced.
+    pub branch: u32,
+}
+
+/// A fork, remembered for the grace window against the token that caused it, so a retry of
+/// that request gets the same first token instead of a second branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkMemo {
+    /// Hash of the presented (superseded) token.
+    pub from: String,
+    /// The branch it started.
+    pub branch: u32,
+    /// When.
+    pub at: UnixTime,
+    /// The branch's first token, sealed like [`Branch::replay`].
+    pub sealed: String,
+}
+
+/// One authorization's refresh-token family, as stored (`store::records` re-exports it).
+/// Records written before branches existed (`current`, `previous`, `retired`, `replay`,
+/// `rotated_at`) are read as one branch (`StoredFamily`, migrated on read); records written
+/// now carry those fields too, mirrored from the branches, so a replica still running the
+/// previous release during a rolling upgrade reads them (as one line, strictly).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredFamily", into = "StoredFamily")]
 pub struct FamilyRecord {
     /// Id (embedded in its refresh tokens).
     pub family_id: FamilyId,
@@ -108,37 +195,235 @@ pub struct FamilyRecord {
     pub scopes: ScopeSet,
     /// Audience.
     pub resource: String,
-    /// Hash of the refresh token that is currently valid (a list for older records).
-    pub current: Vec<String>,
-    /// Hash of the immediately previous token, honoured until `rotated_at + grace`.
-    pub previous: Option<String>,
-    /// Hashes of older tokens of this family (bounded): presenting one is reuse. A token
-    /// that was never issued is merely unknown and changes nothing.
-    #[serde(default)]
-    pub retired: Vec<String>,
-    /// The current token, sealed (AES-256-GCM, token-encryption key, family id as associated
-    /// data), kept for replays of `previous` inside the grace window.
-    #[serde(default)]
-    pub replay: Option<String>,
-    /// When `previous` was replaced.
-    pub rotated_at: UnixTime,
+    /// The live lines of rotation (one unless the client's processes forked it).
+    pub branches: Vec<Branch>,
+    /// Tokens of this family that were replaced (bounded, oldest dropped first). A token that
+    /// was never issued is merely unknown and changes nothing.
+    pub superseded: Vec<Superseded>,
+    /// Forks made inside the last grace window.
+    pub forks: Vec<ForkMemo>,
+    /// The id the next branch gets.
+    pub next_branch: u32,
     /// When the family started.
     pub created_at: UnixTime,
     /// Revoked families stay as tombstones until they expire, so reuse is still recognised.
     pub revoked: bool,
 }
 
+/// A family record as it may be stored: today's fields, and the ones records had before
+/// branches (still on users' disks), from which [`FamilyRecord`] makes one branch.
+#[derive(Serialize, Deserialize)]
+struct StoredFamily {
+    family_id: FamilyId,
+    user_id: UserId,
+    client_id: ClientId,
+    scopes: ScopeSet,
+    resource: String,
+    #[serde(default)]
+    branches: Vec<Branch>,
+    #[serde(default)]
+    superseded: Vec<Superseded>,
+    #[serde(default)]
+    forks: Vec<ForkMemo>,
+    #[serde(default)]
+    next_branch: u32,
+    created_at: UnixTime,
+    revoked: bool,
+    // Before branches (written as a mirror: every head current, the last rotated branch's
+    // previous and replay; `retired` is not mirrored, so the previous release treats a
+    // superseded token as unknown: refused, not revoked):
+    #[serde(default)]
+    current: Vec<String>,
+    #[serde(default)]
+    previous: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    retired: Vec<String>,
+    #[serde(default)]
+    replay: Option<String>,
+    #[serde(default)]
+    rotated_at: Option<UnixTime>,
+}
+
+impl From<FamilyRecord> for StoredFamily {
+    fn from(f: FamilyRecord) -> StoredFamily {
+        let last = f.branches.iter().max_by_key(|b| b.rotated_at);
+        StoredFamily {
+            current: f.branches.iter().map(|b| b.head.clone()).collect(),
+            previous: last.and_then(|b| b.previous.clone()),
+            retired: Vec::new(),
+            replay: last.and_then(|b| b.replay.clone()),
+            rotated_at: Some(last.map_or(f.created_at, |b| b.rotated_at)),
+            family_id: f.family_id,
+            user_id: f.user_id,
+            client_id: f.client_id,
+            scopes: f.scopes,
+            resource: f.resource,
+            branches: f.branches,
+            superseded: f.superseded,
+            forks: f.forks,
+            next_branch: f.next_branch,
+            created_at: f.created_at,
+            revoked: f.revoked,
+        }
+    }
+}
+
+impl From<StoredFamily> for FamilyRecord {
+    fn from(s: StoredFamily) -> FamilyRecord {
+        let mut rec = FamilyRecord {
+            family_id: s.family_id,
+            user_id: s.user_id,
+            client_id: s.client_id,
+            scopes: s.scopes,
+            resource: s.resource,
+            branches: s.branches,
+            superseded: s.superseded,
+            forks: s.forks,
+            next_branch: s.next_branch,
+            created_at: s.created_at,
+            revoked: s.revoked,
+        };
+        if rec.branches.is_empty() && !s.current.is_empty() {
+            let rotated_at = s.rotated_at.unwrap_or(s.created_at);
+            let (mut previous, mut replay) = (s.previous, s.replay);
+            // The oldest records listed several current tokens; each keeps rotating.
+            rec.branches = (0u32..)
+                .zip(s.current)
+                .map(|(id, head)| Branch {
+                    id,
+                    head,
+                    previous: previous.take(),
+                    replay: replay.take(),
+                    rotated_at,
+                })
+                .collect();
+            rec.next_branch = u32::try_from(rec.branches.len()).unwrap_or(u32::MAX);
+            // When these were replaced was not recorded: no earlier than the family began, so
+            // that is assumed (the oldest they could be; a stale copy of a young family may
+            // still branch, an old family's retired tokens stay reuse).
+            rec.superseded = s
+                .retired
+                .into_iter()
+                .map(|hash| Superseded {
+                    hash,
+                    at: s.created_at,
+                    branch: 0,
+                })
+                .collect();
+        }
+        rec
+    }
+}
+
+impl FamilyRecord {
+    /// A new family whose one branch starts with the token hashed `first`.
+    pub fn new(
+        family_id: FamilyId,
+        user_id: UserId,
+        client_id: ClientId,
+        scopes: ScopeSet,
+        resource: String,
+        first: String,
+        now: UnixTime,
+    ) -> FamilyRecord {
+        FamilyRecord {
+            family_id,
+            user_id,
+            client_id,
+            scopes,
+            resource,
+            branches: vec![Branch {
+                id: 0,
+                head: first,
+                previous: None,
+                replay: None,
+                rotated_at: now,
+            }],
+            superseded: Vec::new(),
+            forks: Vec::new(),
+            next_branch: 1,
+            created_at: now,
+            revoked: false,
+        }
+    }
+
+    /// Branches whose head was issued within `idle_secs` of `now`.
+    pub fn live_branches(&self, now: UnixTime, idle_secs: u64) -> usize {
+        self.branches
+            .iter()
+            .filter(|b| now.since(b.rotated_at) <= idle_secs)
+            .count()
+    }
+
+    /// The sealed token a `Replay` decision hands out again.
+    pub fn replay_of(&self, decision: RefreshDecision, presented_hash: &str) -> Option<&str> {
+        let RefreshDecision::Replay { branch, forked } = decision else {
+            return None;
+        };
+        if forked {
+            self.forks
+                .iter()
+                .find(|m| m.branch == branch && same(&m.from, presented_hash))
+                .map(|m| m.sealed.as_str())
+        } else {
+            self.branches
+                .iter()
+                .find(|b| b.id == branch)
+                .and_then(|b| b.replay.as_deref())
+        }
+    }
+}
+
+/// Which kind of reuse a refusal believes it saw (named in the `refresh_reuse` event and
+/// its alert).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReuseCase {
+    /// `strict`: the token just replaced, after the grace window.
+    PreviousOutsideGrace,
+    /// `strict`: a token replaced longer ago.
+    Retired,
+    /// `branch`: a token replaced longer than `refresh_stale_secs` ago.
+    StaleBeyondWindow,
+    /// `branch`: a recent copy, but the family already has `refresh_max_branches` live
+    /// branches (more parties than the client plausibly runs).
+    BranchLimit,
+}
+
+impl ReuseCase {
+    /// The name in events and alerts.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReuseCase::PreviousOutsideGrace => "previous_outside_grace",
+            ReuseCase::Retired => "retired",
+            ReuseCase::StaleBeyondWindow => "stale_beyond_window",
+            ReuseCase::BranchLimit => "branch_limit",
+        }
+    }
+}
+
 /// What presenting a refresh token means for its family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefreshDecision {
-    /// The current token: rotate (mint the next generation).
-    Rotate,
-    /// The immediately previous token inside the grace window: a duplicate of the request
-    /// that rotated it (a retry, or the same client refreshing from two places). It gets the
-    /// same next-generation token again, so a generation is minted exactly once.
-    Replay,
-    /// A token this family issued earlier (or the previous one too late): revoke the family.
-    Reuse,
+    /// A branch's head: rotate that branch (mint its next generation).
+    Rotate {
+        /// The branch.
+        branch: u32,
+    },
+    /// A duplicate, inside the grace window, of the request that rotated this branch (a
+    /// retry, or the same client refreshing from two places) or that forked it from this
+    /// token (`forked`). It gets the same token again, so a generation is minted once.
+    Replay {
+        /// The branch whose token is handed out again.
+        branch: u32,
+        /// The token is a fork's first one (`FamilyRecord::forks`), not a rotation's.
+        forked: bool,
+    },
+    /// `branch` mode: a copy superseded recently by the family's own client while the family
+    /// has room: a new branch whose first token is fresh.
+    Fork,
+    /// A token this family issued and replaced, outside what the mode honours: revoke the
+    /// family.
+    Reuse(ReuseCase),
     /// A well-formed token this family never issued (a guess or a forgery): refuse, change
     /// nothing, so knowing a family id is not enough to log its owner out.
     Unknown,
@@ -146,71 +431,217 @@ pub enum RefreshDecision {
     Revoked,
 }
 
-/// Decides what a presented refresh token (by hash) does to its family.
+impl RefreshDecision {
+    /// Whether the token is honoured (it yields tokens; `/revoke` may end its family).
+    pub fn honoured(self) -> bool {
+        matches!(
+            self,
+            RefreshDecision::Rotate { .. } | RefreshDecision::Replay { .. } | RefreshDecision::Fork
+        )
+    }
+}
+
+fn same(a: &str, b: &str) -> bool {
+    crypto::ct_eq(a.as_bytes(), b.as_bytes())
+}
+
+/// Decides what a presented refresh token (by hash) does to its family. The caller has
+/// already checked that the presenting client is the family's.
 pub fn decide(
     family: &FamilyRecord,
     presented_hash: &str,
     now: UnixTime,
-    grace_secs: u64,
+    rules: &RefreshRules,
 ) -> RefreshDecision {
     if family.revoked {
         return RefreshDecision::Revoked;
     }
-    let is = |h: &String| crypto::ct_eq(h.as_bytes(), presented_hash.as_bytes());
-    if family.current.iter().any(is) {
-        return RefreshDecision::Rotate;
+    let is = |h: &str| same(h, presented_hash);
+    if let Some(b) = family.branches.iter().find(|b| is(&b.head)) {
+        return RefreshDecision::Rotate { branch: b.id };
     }
-    if family.previous.as_ref().is_some_and(is) {
-        return if now.since(family.rotated_at) <= grace_secs && family.replay.is_some() {
-            RefreshDecision::Replay
-        } else {
-            RefreshDecision::Reuse
+    let in_grace = |at: UnixTime| now.since(at) <= rules.grace_secs;
+    if let Some(b) = family.branches.iter().find(|b| {
+        b.previous.as_deref().is_some_and(is) && in_grace(b.rotated_at) && b.replay.is_some()
+    }) {
+        return RefreshDecision::Replay {
+            branch: b.id,
+            forked: false,
         };
     }
-    if family.retired.iter().any(is) {
-        return RefreshDecision::Reuse;
+    if rules.mode == ReuseMode::Branch
+        && let Some(m) = family.forks.iter().find(|m| {
+            is(&m.from) && in_grace(m.at) && family.branches.iter().any(|b| b.id == m.branch)
+        })
+    {
+        return RefreshDecision::Replay {
+            branch: m.branch,
+            forked: true,
+        };
     }
-    RefreshDecision::Unknown
+    // When the presented token was (first) replaced, if the family issued it.
+    let as_previous = family
+        .branches
+        .iter()
+        .filter(|b| b.previous.as_deref().is_some_and(is))
+        .map(|b| b.rotated_at)
+        .min();
+    let as_retired = family
+        .superseded
+        .iter()
+        .filter(|s| is(&s.hash))
+        .map(|s| s.at)
+        .min();
+    let Some(replaced_at) = as_previous.into_iter().chain(as_retired).min() else {
+        return RefreshDecision::Unknown;
+    };
+    match rules.mode {
+        ReuseMode::Strict if as_previous.is_some() => {
+            RefreshDecision::Reuse(ReuseCase::PreviousOutsideGrace)
+        }
+        ReuseMode::Strict => RefreshDecision::Reuse(ReuseCase::Retired),
+        ReuseMode::Branch if now.since(replaced_at) > rules.stale_secs => {
+            RefreshDecision::Reuse(ReuseCase::StaleBeyondWindow)
+        }
+        ReuseMode::Branch
+            if family.live_branches(now, rules.branch_idle_secs) >= rules.max_branches =>
+        {
+            RefreshDecision::Reuse(ReuseCase::BranchLimit)
+        }
+        ReuseMode::Branch => RefreshDecision::Fork,
+    }
 }
 
-/// How many retired token hashes a family remembers for reuse detection.
-const MAX_RETIRED: usize = 64;
+/// How many replaced token hashes a family remembers for reuse detection.
+const MAX_SUPERSEDED: usize = 64;
+/// How many branches a family stores, live or not (the live ones are bounded by
+/// `refresh_max_branches`, at most 64): beyond it the longest-unused branch is dropped and its
+/// head counts as replaced when it was last issued.
+const MAX_STORED_BRANCHES: usize = 64;
+/// How many fork memos a family keeps (each lives one grace window).
+const MAX_FORK_MEMOS: usize = 64;
 
-/// The family after a decision. For `Rotate`, `new_hash` is the next token's hash and
-/// `sealed_next` that token sealed, kept for replays inside the grace window.
+/// A token minted for `Rotate` or `Fork`: its hash, and the token sealed for replays.
+#[derive(Debug, Clone)]
+pub struct Minted {
+    /// The new token's hash.
+    pub hash: String,
+    /// The new token, sealed.
+    pub sealed: String,
+}
+
+/// The family after a decision. `Rotate` and `Fork` need `minted` (the next token); without
+/// it they change nothing.
 pub fn apply(
     family: &FamilyRecord,
     decision: RefreshDecision,
     presented_hash: &str,
-    new_hash: String,
-    sealed_next: Option<String>,
+    minted: Option<Minted>,
     now: UnixTime,
+    rules: &RefreshRules,
 ) -> FamilyRecord {
     let mut next = family.clone();
-    match decision {
-        RefreshDecision::Rotate => {
-            // The old previous token retires: presenting it later is reuse.
-            next.retired.extend(next.previous.take());
-            next.retired.extend(
-                next.current
+    // Fork memos are only for retries inside the grace window.
+    next.forks.retain(|m| now.since(m.at) <= rules.grace_secs);
+    match (decision, minted) {
+        (RefreshDecision::Rotate { branch }, Some(m)) => {
+            if rules.mode == ReuseMode::Strict {
+                // One line only: every other branch (only records from before branches may
+                // have several heads) is replaced by this rotation.
+                let others: Vec<Branch> = next
+                    .branches
                     .iter()
-                    .filter(|h| h.as_str() != presented_hash)
-                    .cloned(),
-            );
-            let excess = next.retired.len().saturating_sub(MAX_RETIRED);
-            next.retired.drain(..excess);
-            next.previous = Some(presented_hash.to_owned());
-            next.current = vec![new_hash];
-            next.replay = sealed_next;
-            next.rotated_at = now;
+                    .filter(|b| b.id != branch)
+                    .cloned()
+                    .collect();
+                next.branches.retain(|b| b.id == branch);
+                for b in others {
+                    retire_branch(&mut next, b, now);
+                }
+            }
+            if let Some(b) = next.branches.iter_mut().find(|b| b.id == branch) {
+                let old = std::mem::replace(
+                    b,
+                    Branch {
+                        id: branch,
+                        head: m.hash,
+                        previous: Some(presented_hash.to_owned()),
+                        replay: Some(m.sealed),
+                        rotated_at: now,
+                    },
+                );
+                // The old previous retires: presenting it later is a fork or reuse.
+                if let Some(prev) = old.previous {
+                    next.superseded.push(Superseded {
+                        hash: prev,
+                        at: old.rotated_at,
+                        branch,
+                    });
+                }
+            }
         }
-        RefreshDecision::Reuse => {
+        (RefreshDecision::Fork, Some(m)) => {
+            let id = next.next_branch;
+            next.next_branch = next.next_branch.saturating_add(1);
+            next.branches.push(Branch {
+                id,
+                head: m.hash,
+                previous: None,
+                replay: None,
+                rotated_at: now,
+            });
+            next.forks.push(ForkMemo {
+                from: presented_hash.to_owned(),
+                branch: id,
+                at: now,
+                sealed: m.sealed,
+            });
+            let excess = next.forks.len().saturating_sub(MAX_FORK_MEMOS);
+            next.forks.drain(..excess);
+            while next.branches.len() > MAX_STORED_BRANCHES {
+                let Some(oldest) = next
+                    .branches
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, b)| b.rotated_at)
+                    .map(|(i, _)| i)
+                else {
+                    break;
+                };
+                let b = next.branches.remove(oldest);
+                let at = b.rotated_at;
+                retire_branch(&mut next, b, at);
+            }
+        }
+        (RefreshDecision::Reuse(_), _) => {
             next.revoked = true;
-            next.replay = None;
+            for b in &mut next.branches {
+                b.replay = None;
+            }
+            next.forks.clear();
         }
-        RefreshDecision::Replay | RefreshDecision::Revoked | RefreshDecision::Unknown => {}
+        _ => return family.clone(),
     }
+    let excess = next.superseded.len().saturating_sub(MAX_SUPERSEDED);
+    next.superseded.drain(..excess);
     next
+}
+
+/// Moves a removed branch's tokens to `superseded`: its previous when it was replaced, its
+/// head at `head_at`.
+fn retire_branch(family: &mut FamilyRecord, b: Branch, head_at: UnixTime) {
+    if let Some(prev) = b.previous {
+        family.superseded.push(Superseded {
+            hash: prev,
+            at: b.rotated_at,
+            branch: b.id,
+        });
+    }
+    family.superseded.push(Superseded {
+        hash: b.head,
+        at: head_at,
+        branch: b.id,
+    });
 }
 
 /// RFC 6749 §5.1 token response. Its `Debug` shows no token.
@@ -247,110 +678,325 @@ impl std::fmt::Debug for TokenResponse {
 mod tests {
     use super::*;
 
-    fn family() -> FamilyRecord {
-        FamilyRecord {
-            family_id: FamilyId::new("f"),
-            user_id: UserId::github(1),
-            client_id: ClientId::new("c"),
-            scopes: ScopeSet::default(),
-            resource: "r".into(),
-            current: vec!["h1".into()],
-            previous: None,
-            retired: Vec::new(),
-            replay: None,
-            rotated_at: UnixTime(100),
-            created_at: UnixTime(100),
-            revoked: false,
-        }
-    }
+    const STRICT: RefreshRules = RefreshRules {
+        mode: ReuseMode::Strict,
+        grace_secs: 30,
+        stale_secs: 1_000,
+        branch_idle_secs: 500,
+        max_branches: 3,
+    };
+    const BRANCH: RefreshRules = RefreshRules {
+        mode: ReuseMode::Branch,
+        ..STRICT
+    };
 
-    fn rotate(f: &FamilyRecord, from: &str, to: &str, at: u64) -> FamilyRecord {
-        apply(
-            f,
-            RefreshDecision::Rotate,
-            from,
-            to.into(),
-            Some(format!("sealed-{to}")),
-            UnixTime(at),
+    fn family() -> FamilyRecord {
+        FamilyRecord::new(
+            FamilyId::new("f"),
+            UserId::github(1),
+            ClientId::new("c"),
+            ScopeSet::default(),
+            "r".into(),
+            "h1".into(),
+            UnixTime(100),
         )
     }
 
+    fn minted(to: &str) -> Option<Minted> {
+        Some(Minted {
+            hash: to.into(),
+            sealed: format!("sealed-{to}"),
+        })
+    }
+
+    /// `decide` then `apply` with `to` as the token minted, as the flow does.
+    fn present(
+        f: &FamilyRecord,
+        from: &str,
+        to: &str,
+        at: u64,
+        rules: &RefreshRules,
+    ) -> (RefreshDecision, FamilyRecord) {
+        let d = decide(f, from, UnixTime(at), rules);
+        (d, apply(f, d, from, minted(to), UnixTime(at), rules))
+    }
+
+    fn rotate(f: &FamilyRecord, from: &str, to: &str, at: u64) -> FamilyRecord {
+        let (d, next) = present(f, from, to, at, &BRANCH);
+        assert!(matches!(d, RefreshDecision::Rotate { .. }), "{from}: {d:?}");
+        next
+    }
+
+    fn heads(f: &FamilyRecord) -> Vec<&str> {
+        f.branches.iter().map(|b| b.head.as_str()).collect()
+    }
+
     #[test]
-    fn current_rotates_previous_in_grace_replays_older_is_reuse() {
+    fn strict_current_rotates_previous_in_grace_replays_older_is_reuse() {
         let f0 = family();
+        let rot0 = RefreshDecision::Rotate { branch: 0 };
+        let replay0 = RefreshDecision::Replay {
+            branch: 0,
+            forked: false,
+        };
+        assert_eq!(decide(&f0, "h1", UnixTime(200), &STRICT), rot0);
+        let (_, f1) = present(&f0, "h1", "h2", 200, &STRICT);
+        assert_eq!(decide(&f1, "h2", UnixTime(201), &STRICT), rot0);
+        assert_eq!(decide(&f1, "h1", UnixTime(230), &STRICT), replay0);
+        assert_eq!(f1.replay_of(replay0, "h1"), Some("sealed-h2"));
         assert_eq!(
-            decide(&f0, "h1", UnixTime(200), 30),
-            RefreshDecision::Rotate
-        );
-        let f1 = rotate(&f0, "h1", "h2", 200);
-        assert_eq!(
-            decide(&f1, "h2", UnixTime(201), 30),
-            RefreshDecision::Rotate
-        );
-        assert_eq!(
-            decide(&f1, "h1", UnixTime(230), 30),
-            RefreshDecision::Replay
-        );
-        assert_eq!(
-            apply(
-                &f1,
-                RefreshDecision::Replay,
-                "h1",
-                String::new(),
-                None,
-                UnixTime(230)
-            ),
+            apply(&f1, replay0, "h1", None, UnixTime(230), &STRICT),
             f1,
             "a replay mints nothing"
         );
-        assert_eq!(decide(&f1, "h1", UnixTime(231), 30), RefreshDecision::Reuse);
-        let f2 = rotate(&f1, "h2", "h3", 240);
-        // h1 is now two generations old: reuse even inside any window.
-        assert_eq!(decide(&f2, "h1", UnixTime(241), 30), RefreshDecision::Reuse);
-        let dead = apply(
-            &f2,
-            RefreshDecision::Reuse,
-            "h1",
-            String::new(),
-            None,
-            UnixTime(241),
-        );
-        assert!(dead.revoked && dead.replay.is_none());
         assert_eq!(
-            decide(&dead, "h3", UnixTime(242), 30),
+            decide(&f1, "h1", UnixTime(231), &STRICT),
+            RefreshDecision::Reuse(ReuseCase::PreviousOutsideGrace)
+        );
+        let (_, f2) = present(&f1, "h2", "h3", 240, &STRICT);
+        // h1 is now two generations old: reuse even inside any window.
+        assert_eq!(
+            decide(&f2, "h1", UnixTime(241), &STRICT),
+            RefreshDecision::Reuse(ReuseCase::Retired)
+        );
+        let (_, dead) = present(&f2, "h1", "x", 241, &STRICT);
+        assert!(dead.revoked && dead.branches.iter().all(|b| b.replay.is_none()));
+        assert_eq!(
+            decide(&dead, "h3", UnixTime(242), &STRICT),
             RefreshDecision::Revoked
+        );
+    }
+
+    /// Three processes start from one copy and refresh minutes apart: the first rotates,
+    /// each later one branches, and every branch keeps rotating on its own.
+    #[test]
+    fn stale_copies_of_the_same_client_branch_and_keep_rotating() {
+        let f1 = rotate(&family(), "h1", "a1", 200);
+        let (d, f2) = present(&f1, "h1", "b1", 500, &BRANCH);
+        assert_eq!(d, RefreshDecision::Fork);
+        assert_eq!(heads(&f2), ["a1", "b1"]);
+        assert_eq!(f2.forks.len(), 1);
+        // A third process with the same first copy, later still: another branch.
+        let (d, f3) = present(&f2, "h1", "c1", 800, &BRANCH);
+        assert_eq!(d, RefreshDecision::Fork);
+        assert_eq!(heads(&f3), ["a1", "b1", "c1"]);
+        assert_eq!(
+            f3.forks.len(),
+            1,
+            "the first fork's memo outlived its grace"
+        );
+        // Each branch rotates independently; nobody's head replaces another's.
+        let f4 = rotate(&f3, "b1", "b2", 900);
+        let f5 = rotate(&f4, "a1", "a2", 901);
+        let f6 = rotate(&f5, "c1", "c2", 902);
+        assert_eq!(heads(&f6), ["a2", "b2", "c2"]);
+        assert!(!f6.revoked);
+    }
+
+    #[test]
+    fn a_retried_fork_gets_the_same_token_and_a_later_one_forks_again() {
+        let f1 = rotate(&family(), "h1", "a1", 200);
+        let (_, f2) = present(&f1, "h1", "b1", 1_000, &BRANCH);
+        let replay = RefreshDecision::Replay {
+            branch: 1,
+            forked: true,
+        };
+        assert_eq!(decide(&f2, "h1", UnixTime(1_030), &BRANCH), replay);
+        assert_eq!(f2.replay_of(replay, "h1"), Some("sealed-b1"));
+        assert_eq!(
+            apply(&f2, replay, "h1", minted("zz"), UnixTime(1_030), &BRANCH),
+            f2,
+            "a fork's retry mints nothing"
+        );
+        // After the window, the same stale copy is another process: a branch of its own.
+        assert_eq!(
+            decide(&f2, "h1", UnixTime(1_031), &BRANCH),
+            RefreshDecision::Fork
+        );
+    }
+
+    #[test]
+    fn a_copy_superseded_beyond_the_stale_window_is_reuse() {
+        let f1 = rotate(&family(), "h1", "a1", 200);
+        // Superseded at 200; refresh_stale_secs = 1000.
+        assert_eq!(
+            decide(&f1, "h1", UnixTime(1_200), &BRANCH),
+            RefreshDecision::Fork
+        );
+        let (d, dead) = present(&f1, "h1", "x", 1_201, &BRANCH);
+        assert_eq!(d, RefreshDecision::Reuse(ReuseCase::StaleBeyondWindow));
+        assert!(dead.revoked && dead.forks.is_empty());
+        assert_eq!(heads(&dead), ["a1"], "nothing minted");
+    }
+
+    #[test]
+    fn a_fork_beyond_the_live_branch_limit_is_reuse_and_idle_branches_do_not_count() {
+        let mut f = rotate(&family(), "h1", "a1", 200);
+        for (i, at) in [300, 400].into_iter().enumerate() {
+            let d;
+            (d, f) = present(&f, "h1", &format!("b{i}"), at, &BRANCH);
+            assert_eq!(d, RefreshDecision::Fork);
+        }
+        assert_eq!(f.live_branches(UnixTime(450), 500), 3);
+        assert_eq!(
+            decide(&f, "h1", UnixTime(450), &BRANCH),
+            RefreshDecision::Reuse(ReuseCase::BranchLimit)
+        );
+        // Branch 0 (head issued at 200) is idle after 700: room again. Its head still rotates.
+        assert_eq!(
+            decide(&f, "h1", UnixTime(701), &BRANCH),
+            RefreshDecision::Fork
+        );
+        assert_eq!(
+            decide(&f, "a1", UnixTime(701), &BRANCH),
+            RefreshDecision::Rotate { branch: 0 }
+        );
+    }
+
+    /// Rotating a fork's branch retires its first token when it was replaced, not the stale
+    /// copy's original time: forking again from a copy does not refresh its age.
+    #[test]
+    fn a_stale_copy_keeps_its_age_across_forks() {
+        let f1 = rotate(&family(), "h1", "a1", 200);
+        let (_, f2) = present(&f1, "h1", "b1", 1_100, &BRANCH);
+        let f3 = rotate(&f2, "b1", "b2", 1_150);
+        let f4 = rotate(&f3, "b2", "b3", 1_160);
+        assert_eq!(
+            decide(&f4, "h1", UnixTime(1_201), &BRANCH),
+            RefreshDecision::Reuse(ReuseCase::StaleBeyondWindow)
+        );
+        // b1, replaced at 1150 on branch 1, is a recent copy.
+        assert_eq!(
+            decide(&f4, "b1", UnixTime(1_201), &BRANCH),
+            RefreshDecision::Fork
         );
     }
 
     #[test]
     fn forged_token_for_a_known_family_changes_nothing() {
         let f = rotate(&family(), "h1", "h2", 200);
-        assert_eq!(
-            decide(&f, "never-issued", UnixTime(201), 30),
-            RefreshDecision::Unknown
-        );
-        assert_eq!(
-            apply(
-                &f,
-                RefreshDecision::Unknown,
-                "never-issued",
-                String::new(),
-                None,
-                UnixTime(201)
-            ),
-            f
-        );
+        for rules in [&STRICT, &BRANCH] {
+            let (d, after) = present(&f, "never-issued", "x", 201, rules);
+            assert_eq!(d, RefreshDecision::Unknown);
+            assert_eq!(after, f);
+        }
     }
 
     #[test]
-    fn retired_list_is_bounded() {
+    fn retired_list_and_branches_are_bounded() {
         let mut f = family();
         for i in 0..100 {
-            let cur = f.current[0].clone();
+            let cur = f.branches[0].head.clone();
             f = rotate(&f, &cur, &format!("t{i}"), 200 + i);
         }
-        assert!(f.retired.len() <= MAX_RETIRED);
-        assert_eq!(decide(&f, "t50", UnixTime(400), 30), RefreshDecision::Reuse);
+        assert!(f.superseded.len() <= MAX_SUPERSEDED);
+        assert_eq!(
+            decide(&f, "t50", UnixTime(400), &STRICT),
+            RefreshDecision::Reuse(ReuseCase::Retired)
+        );
+        let many = RefreshRules {
+            max_branches: 64,
+            branch_idle_secs: 30,
+            stale_secs: 100_000,
+            ..BRANCH
+        };
+        // 70 forks, each after the last one went idle: the oldest branches are dropped.
+        for i in 0..70 {
+            let (d, next) = present(&f, "t50", &format!("fork{i}"), 400 + 31 * i, &many);
+            assert_eq!(d, RefreshDecision::Fork, "{i}");
+            f = next;
+        }
+        assert_eq!(f.branches.len(), MAX_STORED_BRANCHES);
+        assert!(f.forks.len() <= 1 && f.superseded.len() <= MAX_SUPERSEDED);
+    }
+
+    /// A record written before branches (still on users' disks) reads as one branch and
+    /// behaves as it did.
+    #[test]
+    fn a_record_from_before_branches_reads_as_one_branch() {
+        let old = r#"{"family_id":"f","user_id":"github:1","client_id":"c","scopes":[],
+            "resource":"r","current":["h2"],"previous":"h1","retired":["h0"],
+            "replay":"sealed-h2","rotated_at":200,"created_at":100,"revoked":false}"#;
+        let f: FamilyRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(heads(&f), ["h2"]);
+        assert_eq!(f.branches[0].previous.as_deref(), Some("h1"));
+        assert_eq!(f.next_branch, 1);
+        assert_eq!(
+            decide(&f, "h2", UnixTime(210), &STRICT),
+            RefreshDecision::Rotate { branch: 0 }
+        );
+        let replay = decide(&f, "h1", UnixTime(230), &STRICT);
+        assert_eq!(f.replay_of(replay, "h1"), Some("sealed-h2"));
+        assert_eq!(
+            decide(&f, "h0", UnixTime(230), &STRICT),
+            RefreshDecision::Reuse(ReuseCase::Retired)
+        );
+        // Branch mode: the retired token is taken as replaced when the family began.
+        assert_eq!(
+            decide(&f, "h0", UnixTime(1_100), &BRANCH),
+            RefreshDecision::Fork
+        );
+        assert_eq!(
+            decide(&f, "h0", UnixTime(1_101), &BRANCH),
+            RefreshDecision::Reuse(ReuseCase::StaleBeyondWindow)
+        );
+        // Written back, it is today's shape (with the old fields mirrored for a replica of the
+        // previous release), and reads back the same.
+        let json: serde_json::Value = serde_json::to_value(&f).unwrap();
+        assert_eq!(json["current"], serde_json::json!(["h2"]));
+        assert_eq!(json["branches"][0]["head"], "h2");
+        assert_eq!(serde_json::from_value::<FamilyRecord>(json).unwrap(), f);
+        // The oldest shape listed several current tokens: each still rotates.
+        let older = r#"{"family_id":"f","user_id":"github:1","client_id":"c","scopes":[],
+            "resource":"r","current":["x","y"],"previous":null,"rotated_at":100,
+            "created_at":100,"revoked":false}"#;
+        let f: FamilyRecord = serde_json::from_str(older).unwrap();
+        assert_eq!(heads(&f), ["x", "y"]);
+        let (_, f) = present(&f, "y", "y2", 150, &STRICT);
+        assert_eq!(heads(&f), ["y2"], "strict: one line, as before");
+        assert_eq!(
+            decide(&f, "x", UnixTime(151), &STRICT),
+            RefreshDecision::Reuse(ReuseCase::Retired)
+        );
+    }
+
+    /// The family record of the previous release, as it was declared: a replica still running
+    /// it during a rolling upgrade must read what this one writes.
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct PreviousRelease {
+        family_id: FamilyId,
+        user_id: UserId,
+        client_id: ClientId,
+        scopes: ScopeSet,
+        resource: String,
+        current: Vec<String>,
+        previous: Option<String>,
+        #[serde(default)]
+        retired: Vec<String>,
+        #[serde(default)]
+        replay: Option<String>,
+        rotated_at: UnixTime,
+        created_at: UnixTime,
+        revoked: bool,
+    }
+
+    #[test]
+    fn a_record_written_now_reads_in_the_previous_release() {
+        let f1 = rotate(&family(), "h1", "a1", 200);
+        let (_, f2) = present(&f1, "h1", "b1", 500, &BRANCH);
+        let f3 = rotate(&f2, "b1", "b2", 600);
+        let old: PreviousRelease =
+            serde_json::from_value(serde_json::to_value(&f3).unwrap()).unwrap();
+        assert_eq!(old.current, ["a1", "b2"]);
+        assert_eq!(
+            (
+                old.previous.as_deref(),
+                old.replay.as_deref(),
+                old.rotated_at
+            ),
+            (Some("b1"), Some("sealed-b2"), UnixTime(600))
+        );
     }
 
     #[test]

@@ -113,20 +113,15 @@ async fn start_family(
 ) -> Result<TokenResponse, FlowError> {
     let now = app.clock.now();
     let refresh = grant::new_refresh_token(&code.family_id)?;
-    let fam = FamilyRecord {
-        family_id: code.family_id.clone(),
-        user_id: code.user_id.clone(),
-        client_id: code.client_id.clone(),
-        scopes: code.scopes.clone(),
-        resource: code.resource.clone(),
-        current: vec![refresh.hash()],
-        previous: None,
-        retired: Vec::new(),
-        replay: None,
-        rotated_at: now,
-        created_at: now,
-        revoked: false,
-    };
+    let fam = FamilyRecord::new(
+        code.family_id.clone(),
+        code.user_id.clone(),
+        code.client_id.clone(),
+        code.scopes.clone(),
+        code.resource.clone(),
+        refresh.hash(),
+        now,
+    );
     let max = now.plus(app.config.tokens.refresh_max_lifetime_secs);
     // Index first: a crash between the two writes leaves a harmless index entry, never a
     // family the account page cannot find and revoke.

@@ -1,7 +1,8 @@
 //! The refresh grant (OAuth 2.1 §4.3): rotation with a grace window for the token just
-//! replaced, reuse detection, and the checks a refresh repeats (the family's client, audience
-//! and scopes, the person's consent and standing). The decision is `oauth::grant::decide`;
-//! this module reads the family, applies the decision with one compare-and-swap, and mints.
+//! replaced, branches for stale copies of the family's own client (`[tokens] refresh_reuse`),
+//! reuse detection, and the checks a refresh repeats (the family's client, audience and
+//! scopes, the person's consent and standing). The decision is `oauth::grant::decide`; this
+//! module reads the family, applies the decision with one compare-and-swap, and mints.
 
 use super::{
     CAS_RETRIES, INVALID_GRANT, audit_best_effort, family_expiry, mint_access, revoke_family,
@@ -17,7 +18,7 @@ use crate::flows::FlowError;
 use crate::flows::admission::Verdict;
 use crate::ids::{FamilyId, RefreshToken, UserId};
 use crate::oauth::error::{ErrorCode, OAuthError};
-use crate::oauth::grant::{self, RefreshDecision, TokenResponse};
+use crate::oauth::grant::{self, Minted, RefreshDecision, ReuseCase, TokenResponse};
 use crate::oauth::scope::ScopeSet;
 use crate::store::records::{ClientRecord, FamilyRecord};
 use crate::store::{Entry, Step, families};
@@ -25,7 +26,7 @@ use crate::store::{Entry, Step, families};
 /// What the family's compare-and-swap settled, for the work after it.
 enum Refreshed {
     /// An old token was presented: the family is revoked now.
-    Reused(FamilyRecord),
+    Reused(FamilyRecord, ReuseCase),
     /// The presented token stands: these tokens go out.
     Issued {
         /// The family as read.
@@ -38,6 +39,8 @@ enum Refreshed {
         now: UnixTime,
         /// A replay of the previous token inside the grace window.
         grace: bool,
+        /// A fork: the family's branches after it, and how many of them are live.
+        branched: Option<(usize, usize)>,
     },
 }
 
@@ -76,15 +79,17 @@ pub(super) async fn refresh(
             audience::recheck(&fam.resource, resource)?;
             let scopes = consent_scope::at_refresh(scope, &fam.scopes)?;
             let now = app.clock.now();
-            let decision =
-                grant::decide(&fam, presented, now, app.config.tokens.refresh_grace_secs);
+            let rules = app.config.tokens.refresh_rules();
+            let decision = grant::decide(&fam, presented, now, &rules);
             match decision {
                 RefreshDecision::Revoked | RefreshDecision::Unknown => Err(INVALID_GRANT.into()),
-                RefreshDecision::Reuse => {
-                    let dead = grant::apply(&fam, decision, presented, String::new(), None, now);
-                    Ok(Step::Put(dead, Refreshed::Reused(fam)))
+                RefreshDecision::Reuse(case) => {
+                    let dead = grant::apply(&fam, decision, presented, None, now, &rules);
+                    Ok(Step::Put(dead, Refreshed::Reused(fam, case)))
                 }
-                RefreshDecision::Replay | RefreshDecision::Rotate => {
+                RefreshDecision::Replay { .. }
+                | RefreshDecision::Rotate { .. }
+                | RefreshDecision::Fork => {
                     // The person may have revoked this client while the family lived.
                     if !consent_registry::exists_for_client(
                         app.store.as_ref(),
@@ -98,10 +103,11 @@ pub(super) async fn refresh(
                     }
                     // The person's standing (`[access]`), asked again when it is due.
                     refresh_standing(app, &fam.user_id).await?;
-                    let grace = decision == RefreshDecision::Replay;
+                    let grace = matches!(decision, RefreshDecision::Replay { .. });
                     if grace {
-                        // The same next-generation token again: nothing is minted twice.
-                        let Some(sealed) = fam.replay.as_deref() else {
+                        // The same token again (the rotation's next generation, or the fork's
+                        // first token): nothing is minted twice.
+                        let Some(sealed) = fam.replay_of(decision, presented) else {
                             return Err(INVALID_GRANT.into());
                         };
                         let refresh = open_replay(app, family_id, sealed)?;
@@ -111,14 +117,23 @@ pub(super) async fn refresh(
                             scopes,
                             now,
                             grace,
+                            branched: None,
                         }));
                     }
                     let refresh = grant::new_refresh_token(family_id)?;
-                    let sealed = seal_replay(app, family_id, &refresh)?;
-                    let next =
-                        grant::apply(&fam, decision, presented, refresh.hash(), Some(sealed), now);
-                    // Written only if the family is still as read; lost to another rotation,
-                    // `update` reads it again (this request may now be its replay).
+                    let minted = Minted {
+                        hash: refresh.hash(),
+                        sealed: seal_replay(app, family_id, &refresh)?,
+                    };
+                    let next = grant::apply(&fam, decision, presented, Some(minted), now, &rules);
+                    let branched = (decision == RefreshDecision::Fork).then(|| {
+                        (
+                            next.branches.len(),
+                            next.live_branches(now, rules.branch_idle_secs),
+                        )
+                    });
+                    // Written only if the family is still as read; lost to another rotation
+                    // or fork, `update` reads it again (this request may now be its replay).
                     let expires = family_expiry(app, fam.created_at, now);
                     Ok(Step::PutUntil(
                         next,
@@ -129,6 +144,7 @@ pub(super) async fn refresh(
                             scopes,
                             now,
                             grace,
+                            branched,
                         },
                     ))
                 }
@@ -143,12 +159,13 @@ pub(super) async fn refresh(
         )
     })?;
     match settled {
-        Refreshed::Reused(fam) => {
+        Refreshed::Reused(fam, case) => {
             app.audit
                 .record(AuditEvent::RefreshReuse {
                     user_id: fam.user_id.clone(),
                     client_id: fam.client_id.clone(),
                     family_id: family_id.clone(),
+                    case: case.name(),
                 })
                 .await?;
             Err(INVALID_GRANT.into())
@@ -159,7 +176,23 @@ pub(super) async fn refresh(
             scopes,
             now,
             grace,
+            branched,
         } => {
+            if let Some((branches, live)) = branched {
+                // The trail of forks is what bounds a thief with a recent copy (SECURITY.md,
+                // "Refresh rotation"): a fork is answered only once its event is stored (if
+                // that write fails, the branch exists unrecorded, as after a crash here).
+                app.audit
+                    .record(AuditEvent::RefreshBranched {
+                        user_id: fam.user_id.clone(),
+                        client_id: fam.client_id.clone(),
+                        family_id: family_id.clone(),
+                        branches,
+                        live,
+                        ip: crate::audit::source::current(),
+                    })
+                    .await?;
+            }
             let (access, expires_in) = mint_access(app, &fam, &scopes).await?;
             consent_registry::touch(app.store.as_ref(), now, &fam.user_id, &fam.client_id).await?;
             audit_best_effort(

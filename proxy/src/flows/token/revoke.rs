@@ -9,7 +9,7 @@ use crate::audit::AuditEvent;
 use crate::flows::FlowError;
 use crate::ids::{AccessToken, ClientId, FamilyId, RefreshToken, UserId};
 use crate::oauth::error::{ErrorCode, OAuthError};
-use crate::oauth::grant::{self, RefreshDecision};
+use crate::oauth::grant;
 use crate::oauth::request::Params;
 use crate::store::{Entry, Step, access_tokens, families};
 
@@ -81,15 +81,15 @@ pub async fn revoke(
         let Some(fam) = families::get(app.store.as_ref(), &family_id).await? else {
             return Ok(());
         };
-        let valid = matches!(
-            grant::decide(
-                &fam,
-                &rt.hash(),
-                app.clock.now(),
-                app.config.tokens.refresh_grace_secs
-            ),
-            RefreshDecision::Rotate | RefreshDecision::Replay
-        );
+        // A token that would still be honoured (a head, a replay, a stale copy that would
+        // branch) is the holder's to revoke; its whole family ends.
+        let valid = grant::decide(
+            &fam,
+            &rt.hash(),
+            app.clock.now(),
+            &app.config.tokens.refresh_rules(),
+        )
+        .honoured();
         if fam.client_id == client.client_id && valid && revoke_family(app, &family_id).await? {
             app.audit
                 .record(AuditEvent::TokenRevoked {
