@@ -215,9 +215,11 @@ async fn calibrate() {
         token: tokens.access.clone(),
     };
     mcp_bench::call(&http, &target).await;
+    // A call's audit event is group-committed in the background within 10 ms (`[audit]`): let
+    // the warm-up call's land before counting, and the counted call's before reading.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let before = counters.snapshot();
     mcp_bench::call(&http, &target).await;
-    // The audit write of a call lands before its last byte is relayed; settle anyway.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let per_call = counters.snapshot().since(&before);
     let c = |x: counting::Counts| json!({"writes": x.durable_writes(), "flushes": x.flushes, "by_keyspace": x.writes, "reads": x.reads, "scans": x.scans});

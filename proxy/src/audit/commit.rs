@@ -99,23 +99,16 @@ impl Committer {
     }
 
     /// Queues an event; waits only while the queue is full. Hands the item back if the task
-    /// is gone (it cannot be: it ends only when every handle is dropped; then the caller
-    /// writes it itself).
+    /// is gone (its runtime stopped): the caller then writes it itself. Cancel-safe: until
+    /// room is reserved nothing is counted, and once it is the event is queued at once.
     pub(super) async fn enqueue(&self, item: Item, metrics: &dyn Observer) -> Result<(), Item> {
+        let Ok(room) = self.tx.reserve().await else {
+            return Err(item);
+        };
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         metrics.upstream_action_queued();
-        match self.tx.send(Msg::Event(item)).await {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::SendError(msg)) => {
-                self.outstanding.fetch_sub(1, Ordering::AcqRel);
-                metrics.upstream_actions_settled(1);
-                match msg {
-                    Msg::Event(item) => Err(item),
-                    // What was sent is what comes back: an event.
-                    Msg::Drain(_) => Ok(()),
-                }
-            }
-        }
+        room.send(Msg::Event(item));
+        Ok(())
     }
 
     /// Returns once every event queued before the call is durable (or its commit failed and
