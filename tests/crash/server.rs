@@ -272,6 +272,9 @@ pub(super) async fn start(server: &mut Server, ctx: &Ctx, rng: &mut Rng) -> bool
         sleep(Duration::from_millis(rng.range(0, 60))).await;
         server.kill();
         ctx.m().stats.startup_kills += 1;
+        // It may have served calls already (the load keeps coming): a kill like any other for
+        // the upstream-action check, or their events, lost with it, would be owed later.
+        super::checks::check_upstream_actions(ctx, tokio::time::Instant::now(), false).await;
     }
     server.spawn();
     match server.wait_ready(&ctx.http, &ctx.base).await {
