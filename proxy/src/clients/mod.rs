@@ -86,6 +86,7 @@ pub enum ClientKind {
 ///         record,
 ///         kind: ClientKind::Preregistered,
 ///         remember_consent: true,
+///         keys: None,
 ///     }
 /// }
 /// ```
