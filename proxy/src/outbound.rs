@@ -18,8 +18,9 @@
 //! No redirect is ever followed: a redirect answer is returned to the caller as it is (the
 //! metadata fetch refuses it, GitHub and the backend answer what they answer).
 //!
-//! The backend is the one hot purpose (every `/mcp` request): a plain `http://` backend that no
-//! proxy from the environment applies to is reached through hyper's own pooled HTTP/1.1 client
+//! The backend is the one hot purpose (every `/mcp` request): a plain `http://` backend at an
+//! IP literal or `localhost` that no proxy from the environment applies to is reached through
+//! hyper's own pooled HTTP/1.1 client
 //! ([`Backend`]; keep-alive pool of up to [`BACKEND_POOL_IDLE`] idle connections, closed after
 //! 90 s idle, as reqwest's), without reqwest's per-request URL, header and body conversions. An
 //! `https://` backend, or one an environment proxy applies to, goes through reqwest as before,
@@ -130,7 +131,12 @@ pub fn backend(url: &Url, connect_timeout: Duration) -> Result<Backend, String> 
     let proxied = hyper_util::client::proxy::matcher::Matcher::from_system()
         .intercept(&uri)
         .is_some();
-    let via = if url.scheme() == "http" && !proxied {
+    // hyper's connect timeout does not cover the name lookup (reqwest's does): only an IP
+    // literal, or `localhost`, which never waits on a resolver, takes the hyper path, so a
+    // hanging resolver cannot stall `/mcp` without a bound.
+    let no_lookup = matches!(url.host(), Some(url::Host::Ipv4(_) | url::Host::Ipv6(_)))
+        || url.host_str() == Some("localhost");
+    let via = if url.scheme() == "http" && !proxied && no_lookup {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
@@ -307,6 +313,9 @@ mod tests {
         assert!(backend(&plain, t).is_ok());
         let tls = Url::parse("https://backend.internal/mcp").unwrap();
         assert!(backend(&tls, t).is_ok_and(|b| !b.is_direct()));
+        // A name to look up goes through reqwest, whose connect timeout covers the lookup.
+        let named = Url::parse("http://backend.internal:8080/mcp").unwrap();
+        assert!(backend(&named, t).is_ok_and(|b| !b.is_direct()));
         assert!(metadata_document(t, Some(("example.com", &addrs))).is_ok());
         assert!(metadata_document(t, None).is_ok());
         assert!(webhook(t, None).is_ok());

@@ -298,11 +298,16 @@ pub async fn serve_on(
     refusals.abort();
     // Both listeners have stopped: no call can record an upstream action any more, so what
     // the background group commit still holds is all there is; make it durable now.
-    let pending = audit.drain_upstream_actions().await;
-    tracing::info!(
-        events = pending,
-        "pending upstream-action audit events written"
-    );
+    // Bounded like the listeners' close: a stalled store must not hold the exit forever.
+    match tokio::time::timeout(crate::shutdown::CLOSE_BOUND, audit.drain_upstream_actions()).await {
+        Ok(pending) => tracing::info!(
+            events = pending,
+            "pending upstream-action audit events written"
+        ),
+        Err(_) => tracing::warn!(
+            "pending upstream-action audit events not written within the close bound; exiting"
+        ),
+    }
     // The current minute's anonymous-refusal counts too, before the final flush.
     if let Err(e) = audit.flush_refusals(true).await {
         tracing::error!(error = %e, "writing anonymous refusals at shutdown failed");

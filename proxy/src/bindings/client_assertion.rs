@@ -163,8 +163,34 @@ pub fn claimed_client(assertion: &str) -> Option<String> {
         .and_then(|c| c.sub)
 }
 
+/// The algorithms behind [`ALLOWED_ALGS`], in the same order: one list, read by the header
+/// check, the key-set check and the metadata.
+const ALGS: [Algorithm; 3] = [Algorithm::ES256, Algorithm::RS256, Algorithm::EdDSA];
+
 fn allowed(alg: Algorithm) -> bool {
-    matches!(alg, Algorithm::ES256 | Algorithm::RS256 | Algorithm::EdDSA)
+    ALGS.contains(&alg)
+}
+
+/// The header checks alone (size, parseable header, allowed `alg`), for the caller to run
+/// before it spends a fetch on the client's document or keys: `alg: none`, `HS*` or garbage
+/// costs no outbound request. [`verify`] runs them again.
+pub fn precheck(assertion: &str) -> Result<(), AssertionError> {
+    if assertion.len() > MAX_ASSERTION_BYTES {
+        return Err(AssertionError::TooLarge);
+    }
+    let header = jsonwebtoken::decode_header(assertion).map_err(|_| AssertionError::Malformed)?;
+    if !allowed(header.alg) {
+        return Err(AssertionError::Algorithm);
+    }
+    Ok(())
+}
+
+/// The RSA modulus's length in bytes, leading zero bytes left out (padding them in must not
+/// make a short key look long).
+fn rsa_modulus_bytes(n: &str) -> usize {
+    crate::crypto::b64url_decode(n.trim_end_matches('='))
+        .map(|b| b.iter().skip_while(|&&x| x == 0).count())
+        .unwrap_or(0)
 }
 
 /// Whether `jwk` may verify `alg`: the right key type (and curve), an `alg` member equal to
@@ -173,8 +199,7 @@ pub fn key_fits(jwk: &Jwk, alg: Algorithm) -> bool {
     let type_fits = match (&jwk.algorithm, alg) {
         (AlgorithmParameters::EllipticCurve(p), Algorithm::ES256) => p.curve == EllipticCurve::P256,
         (AlgorithmParameters::RSA(p), Algorithm::RS256) => {
-            // Base64url without padding: 4 characters per 3 bytes.
-            p.n.trim_end_matches('=').len() * 3 / 4 >= MIN_RSA_MODULUS_BYTES
+            rsa_modulus_bytes(&p.n) >= MIN_RSA_MODULUS_BYTES
         }
         (AlgorithmParameters::OctetKeyPair(p), Algorithm::EdDSA) => {
             p.curve == EllipticCurve::Ed25519
@@ -199,9 +224,7 @@ pub fn key_fits(jwk: &Jwk, alg: Algorithm) -> bool {
 /// algorithm uses. (Private members such as `d` are not read by the JWK type, and a key
 /// set holding them is refused where it is parsed.)
 pub fn key_allowed(jwk: &Jwk) -> bool {
-    [Algorithm::ES256, Algorithm::RS256, Algorithm::EdDSA]
-        .into_iter()
-        .any(|a| key_fits(jwk, a))
+    ALGS.into_iter().any(|a| key_fits(jwk, a))
 }
 
 /// Checks the assertion against the client's keys. `Err(UnknownKey)` is the one failure
@@ -211,15 +234,10 @@ pub fn verify(
     keys: &JwkSet,
     expected: &Expected<'_>,
 ) -> Result<Verified, AssertionError> {
-    if assertion.len() > MAX_ASSERTION_BYTES {
-        return Err(AssertionError::TooLarge);
-    }
     // The header is read first and on its own: `alg: none` does not even parse as an
     // `Algorithm`, and `HS*` stops here, before any key is looked at.
+    precheck(assertion)?;
     let header = jsonwebtoken::decode_header(assertion).map_err(|_| AssertionError::Malformed)?;
-    if !allowed(header.alg) {
-        return Err(AssertionError::Algorithm);
-    }
     let jwk = match header.kid.as_deref() {
         Some(kid) => keys.find(kid).ok_or(AssertionError::UnknownKey)?,
         None => {
@@ -285,7 +303,10 @@ fn check_claims(c: &Claims, e: &Expected<'_>) -> Result<Verified, AssertionError
     Ok(Verified {
         client_id: e.client_id.to_owned(),
         jti: jti.to_owned(),
-        keep_until: UnixTime(exp.saturating_add(SKEW_SECS)),
+        // One second past the last one the assertion is accepted in: a stored record counts
+        // as gone once its expiry is reached, and at `exp + SKEW_SECS` itself it is still
+        // accepted, so the record must outlive that second.
+        keep_until: UnixTime(exp.saturating_add(SKEW_SECS + 1)),
     })
 }
 
@@ -375,7 +396,35 @@ mod tests {
         .unwrap();
         assert_eq!(v.client_id, CLIENT);
         assert_eq!(v.jti, "j1");
-        assert_eq!(v.keep_until, UnixTime(NOW + 60 + SKEW_SECS));
+        assert_eq!(v.keep_until, UnixTime(NOW + 60 + SKEW_SECS + 1));
+    }
+
+    #[test]
+    fn the_advertised_algorithms_are_the_accepted_ones() {
+        assert_eq!(
+            ALGS.map(|a| format!("{a:?}")),
+            ALLOWED_ALGS.map(str::to_owned)
+        );
+        assert!(ALGS.into_iter().all(allowed));
+    }
+
+    #[test]
+    fn a_short_rsa_modulus_padded_with_zero_bytes_is_refused() {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let long = b64.decode(RFC_7515_N).unwrap();
+        assert_eq!(long.len(), 256);
+        let short: Vec<u8> = std::iter::repeat_n(0u8, 128)
+            .chain(long[..128].iter().copied())
+            .collect();
+        let padded: Jwk =
+            serde_json::from_value(json!({"kty": "RSA", "n": b64.encode(&short), "e": "AQAB"}))
+                .unwrap();
+        assert!(
+            !key_fits(&padded, Algorithm::RS256),
+            "a 1024-bit key in 256 bytes"
+        );
+        assert!(!key_allowed(&padded));
     }
 
     #[test]
@@ -569,10 +618,13 @@ mod tests {
 
     /// RFC 7515 Appendix A.2: the published RS256 example (public key of RFC 7517 A.1). Its
     /// claims are not an assertion's (`iss` "joe"), so a passing signature shows as `Issuer`.
+    /// RFC 7515 A.2's RSA modulus (2048 bits).
+    const RFC_7515_N: &str = "ofgWCuLjybRlzo0tZWJjNiuSfb4p4fAkd_wWJcyQoTbji9k0l8W26mPddxHmfHQp-Vaw-4qPCJrcS2mJPMEzP1Pt0Bm4d4QlL-yRT-SFd2lZS-pCgNMsD1W_YpRPEwOWvG6b32690r2jZ47soMZo9wGzjb_7OMg0LOL-bSf63kpaSHSXndS5z5rexMdbBYUsLA9e-KXBdQOS-UTo7WTBEMa2R2CapHg665xsmtdVMTBQY4uDZlxvb3qCo5ZwKh9kG4LT6_I5IhlJH7aGhyxXFvUK-DWNmoudF8NAco9_h9iaGNj8q2ethFkMLs91kzk2PAcDTW9gb54h4FRWyuXpoQ";
+
     #[test]
     fn rs256_verifies_the_rfc_7515_example_signature() {
-        let n = "ofgWCuLjybRlzo0tZWJjNiuSfb4p4fAkd_wWJcyQoTbji9k0l8W26mPddxHmfHQp-Vaw-4qPCJrcS2mJPMEzP1Pt0Bm4d4QlL-yRT-SFd2lZS-pCgNMsD1W_YpRPEwOWvG6b32690r2jZ47soMZo9wGzjb_7OMg0LOL-bSf63kpaSHSXndS5z5rexMdbBYUsLA9e-KXBdQOS-UTo7WTBEMa2R2CapHg665xsmtdVMTBQY4uDZlxvb3qCo5ZwKh9kG4LT6_I5IhlJH7aGhyxXFvUK-DWNmoudF8NAco9_h9iaGNj8q2ethFkMLs91kzk2PAcDTW9gb54h4FRWyuXpoQ";
-        let jwk: Jwk = serde_json::from_value(json!({"kty": "RSA", "n": n, "e": "AQAB"})).unwrap();
+        let jwk: Jwk =
+            serde_json::from_value(json!({"kty": "RSA", "n": RFC_7515_N, "e": "AQAB"})).unwrap();
         assert!(key_fits(&jwk, Algorithm::RS256));
         let keys = set(vec![jwk]);
         let token = "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ.cC4hiUPoj9Eetdgtv3hF80EGrhuB__dzERat0XF9g2VtQgr9PJbu3XOiZj5RZmh7AAuHIm4Bh-0Qc_lF5YKt_O8W2Fp5jujGbds9uJdbF9CUAr7t1dnZcAcQjbKBYNX4BAynRFdiuB--f_nZLgrnbyTyWzO75vRK5h6xBArLIARNPvkSjtQBMHlb1L07Qe7K0GarZRmB_eSN9383LcOLn6_dO--xi12jzDwusC-eOkHWEsqtFZESc6BfI7noOPqvhJ1phCnvWh6IeYI2w9QOYEUipUTI8np6LbgGY9Fs98rqVt5AXLIhWkWywlVmtVrBp0igcN_IoypGlUPQGe77Rw";
@@ -603,6 +655,25 @@ mod tests {
         let again = verify(&tok, &keys, &expected(NOW)).unwrap();
         assert!(matches!(
             consume(&store, again, UnixTime(NOW)).await.unwrap_err(),
+            ConsumeError::Replayed
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_used_assertion_is_refused_in_the_last_second_it_is_still_accepted() {
+        let clock = crate::clock::ManualClock::new(UnixTime(NOW));
+        let store = crate::store::SledStore::temporary(clock.clone()).unwrap();
+        let (enc, jwk) = ec_key();
+        let keys = set(vec![jwk]);
+        let tok = sign(&enc, Some("k1"), &claims());
+        let v = verify(&tok, &keys, &expected(NOW)).unwrap();
+        consume(&store, v, UnixTime(NOW)).await.unwrap();
+        // exp = NOW+60: the last accepted second is NOW+60+skew; its jti must still be known.
+        let last = NOW + 60 + SKEW_SECS;
+        clock.advance(last - NOW);
+        let again = verify(&tok, &keys, &expected(last)).unwrap();
+        assert!(matches!(
+            consume(&store, again, UnixTime(last)).await.unwrap_err(),
             ConsumeError::Replayed
         ));
     }

@@ -596,11 +596,11 @@ impl Directory {
         };
         let now = self.clock.now();
         let familiarity = {
-            let cache = self
+            let mut cache = self
                 .key_cache
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match (cache.get(url.as_str()), freshness) {
+            match (cache.get_mut(url.as_str()), freshness) {
                 (Some(c), KeyFreshness::Cached) if now < c.until => {
                     return Ok(Some(c.keys.clone()));
                 }
@@ -608,6 +608,13 @@ impl Directory {
                     if now.since(c.fetched_at) < JWKS_REFETCH_MIN_SECS =>
                 {
                     return Ok(None);
+                }
+                (Some(c), KeyFreshness::AfterUnknownKid) => {
+                    // The refetch is claimed under the lock, before it runs: concurrent
+                    // unknown `kid`s find the slot taken instead of each fetching, and a
+                    // failed refetch spends it too.
+                    c.fetched_at = now;
+                    Familiarity::Known
                 }
                 (Some(_), _) => Familiarity::Known,
                 (None, _) => Familiarity::New,

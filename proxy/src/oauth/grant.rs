@@ -316,6 +316,16 @@ impl From<StoredFamily> for FamilyRecord {
 }
 
 impl FamilyRecord {
+    /// Revokes the family and drops every sealed token it kept (replays, forks): a tombstone
+    /// keeps only hashes, for reuse to be recognised. The one way a family is revoked.
+    pub fn revoke(&mut self) {
+        self.revoked = true;
+        for b in &mut self.branches {
+            b.replay = None;
+        }
+        self.forks.clear();
+    }
+
     /// A new family whose one branch starts with the token hashed `first`.
     pub fn new(
         family_id: FamilyId,
@@ -613,13 +623,7 @@ pub fn apply(
                 retire_branch(&mut next, b, at);
             }
         }
-        (RefreshDecision::Reuse(_), _) => {
-            next.revoked = true;
-            for b in &mut next.branches {
-                b.replay = None;
-            }
-            next.forks.clear();
-        }
+        (RefreshDecision::Reuse(_), _) => next.revoke(),
         _ => return family.clone(),
     }
     let excess = next.superseded.len().saturating_sub(MAX_SUPERSEDED);
@@ -729,6 +733,23 @@ mod tests {
 
     fn heads(f: &FamilyRecord) -> Vec<&str> {
         f.branches.iter().map(|b| b.head.as_str()).collect()
+    }
+
+    #[test]
+    fn a_revoked_family_keeps_no_sealed_token() {
+        // As `/revoke` and the admin paths revoke: a rotated family (a replay kept) and a
+        // stale copy's fork (a fork memo kept) leave only hashes behind.
+        let f1 = rotate(&family(), "h1", "h2", 200);
+        let (d, mut f) = present(&rotate(&f1, "h2", "h3", 300), "h1", "b1", 400, &BRANCH);
+        assert_eq!(d, RefreshDecision::Fork, "{d:?}");
+        assert!(!f.forks.is_empty() && f.branches.iter().any(|b| b.replay.is_some()));
+        f.revoke();
+        assert!(f.revoked && f.forks.is_empty());
+        assert!(f.branches.iter().all(|b| b.replay.is_none()));
+        assert_eq!(
+            decide(&f, "h3", UnixTime(401), &BRANCH),
+            RefreshDecision::Revoked
+        );
     }
 
     #[test]

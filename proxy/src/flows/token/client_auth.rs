@@ -121,10 +121,9 @@ async fn by_assertion(
     let Some(assertion) = p.get("client_assertion") else {
         return Err(refused(claimed.unwrap_or("-"), &"no client_assertion"));
     };
-    // Before anything is parsed.
-    if assertion.len() > client_assertion::MAX_ASSERTION_BYTES {
-        return Err(refused(claimed.unwrap_or("-"), &AssertionError::TooLarge));
-    }
+    // Size, header and `alg` before anything is fetched: `none`, `HS*` or garbage costs no
+    // outbound request for the client's document or keys.
+    client_assertion::precheck(assertion).map_err(|e| refused(claimed.unwrap_or("-"), &e))?;
     // `client_id` is optional with an assertion (RFC 7521 §4.2): then its `sub` names the
     // client whose keys must have signed it.
     let id = match claimed {
@@ -135,6 +134,10 @@ async fn by_assertion(
     let client = resolve(app, &ClientId::new(id.as_str()), ip).await?;
     if client.record().auth_method != TokenAuthMethod::PrivateKeyJwt {
         return Err(refused(&id, &"client does not use private_key_jwt"));
+    }
+    // Checked before the `jti` is spent, so a mismatch never uses one up.
+    if client.record().client_id.as_str() != id {
+        return Err(refused(&id, &"assertion for another client"));
     }
     let token_endpoint = app.config.public_url.join("/token");
     let now = app.clock.now();
@@ -165,6 +168,7 @@ async fn by_assertion(
         Err(ConsumeError::Store(e)) => return Err(e.into()),
     };
     let record = client.into_record();
+    // `Asserted` names the client its assertion was checked for, which is `id` (above).
     if asserted.client_id() != record.client_id.as_str() {
         return Err(refused(&id, &"assertion for another client"));
     }

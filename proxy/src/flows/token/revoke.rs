@@ -28,7 +28,7 @@ pub async fn revoke_family(app: &App, family_id: &FamilyId) -> Result<bool, Flow
         |current| async move {
             Ok::<_, FlowError>(match current {
                 Some(Entry { mut value, .. }) if !value.revoked => {
-                    value.revoked = true;
+                    value.revoke();
                     Step::Put(value, true)
                 }
                 // Gone, or revoked already.
