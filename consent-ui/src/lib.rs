@@ -331,6 +331,69 @@ impl fmt::Debug for ConnectPage {
     }
 }
 
+/// One argument of a held tool call, as the approval page shows it.
+#[derive(Debug, Clone)]
+pub struct ArgumentView {
+    /// The top-level argument name; autoescaped.
+    pub name: String,
+    /// The value, pretty-printed JSON; autoescaped, shown preformatted.
+    pub value: String,
+    /// For a long value: the short head shown folded (the full value opens on demand).
+    pub folded: Option<String>,
+}
+
+/// The page behind an approval link (`[[policy]] decision = "ask"`), shown only to the person
+/// the held call was made for: the agent, the tool, the rule and every argument, with Approve
+/// once and Deny. Its buttons are held like the consent page's ([`CONSENT_SCRIPT`], same
+/// element ids); `confirm` is the no-JavaScript second step the server times.
+///
+/// `Debug` redacts `csrf`.
+#[derive(Clone, Template)]
+#[template(path = "approve.html")]
+pub struct ApprovePage {
+    /// The signed-in person's login.
+    pub login: String,
+    /// The agent (MCP client) name; autoescaped.
+    pub agent_name: String,
+    /// `false` shows the "Unverified" badge.
+    pub agent_verified: bool,
+    /// Shown small, monospace.
+    pub client_id: String,
+    /// The tool name.
+    pub tool: String,
+    /// The rule's id.
+    pub rule_id: String,
+    /// The arguments, in name order.
+    pub arguments: Vec<ArgumentView>,
+    /// One sentence on when the request lapses, e.g. "This request lapses in 9 minutes."
+    pub expires: String,
+    /// Where the form posts (the link's own path).
+    pub form_action: String,
+    /// Hidden input `csrf`.
+    pub csrf: String,
+    /// The confirmation step (no JavaScript): plain buttons, no script.
+    pub confirm: bool,
+    /// The previous Approve came too soon after the confirmation page appeared.
+    pub too_soon: bool,
+}
+
+impl ApprovePage {
+    /// [`CONSENT_SCRIPT`], for the template (emitted unescaped: it is a constant).
+    fn script(&self) -> &'static str {
+        CONSENT_SCRIPT
+    }
+}
+
+impl fmt::Debug for ApprovePage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovePage")
+            .field("agent_name", &self.agent_name)
+            .field("tool", &self.tool)
+            .field("csrf", &REDACTED)
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +532,51 @@ mod tests {
             ("account-empty", account_page(Vec::new()).render().unwrap()),
             ("account", account.render().unwrap()),
         ]
+    }
+
+    fn approve_page(confirm: bool) -> ApprovePage {
+        ApprovePage {
+            login: "alice".into(),
+            agent_name: "<b>Evil</b>".into(),
+            agent_verified: false,
+            client_id: "c1".into(),
+            tool: "create_<i>issue</i>".into(),
+            rule_id: "writes".into(),
+            arguments: vec![
+                ArgumentView {
+                    name: "owner".into(),
+                    value: "\"acme\"".into(),
+                    folded: None,
+                },
+                ArgumentView {
+                    name: "body".into(),
+                    value: "\"</pre><script>alert(1)</script>\"".into(),
+                    folded: Some("\"</pre><script>…".into()),
+                },
+            ],
+            expires: "This request lapses in 10 minutes.".into(),
+            form_action: "/approve/abc".into(),
+            csrf: "tok".into(),
+            confirm,
+            too_soon: false,
+        }
+    }
+
+    #[test]
+    fn approve_page_escapes_arguments_and_holds_its_buttons_like_the_consent_page() {
+        let html = approve_page(false).render().unwrap();
+        let without_script = html.replace(&script_element(), "");
+        assert!(!without_script.contains("<script"), "{html}");
+        assert!(!html.contains("<b>Evil</b>") && !html.contains("<i>issue</i>"));
+        assert!(html.contains("&#60;/pre&#62;&#60;script&#62;"));
+        assert!(html.contains("<details>"), "long values are folded");
+        assert!(html.contains("id=\"consent-actions\" hidden"));
+        assert!(html.contains("value=\"review\""), "no-JavaScript path");
+        assert!(html.contains("name=\"csrf\" value=\"tok\""));
+        assert!(html.contains("Unverified"));
+        let confirm = approve_page(true).render().unwrap();
+        assert!(!confirm.contains("<script") && !confirm.contains("value=\"review\""));
+        assert!(confirm.contains("value=\"approve\"") && confirm.contains("value=\"deny\""));
     }
 
     #[test]

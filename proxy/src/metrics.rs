@@ -55,6 +55,12 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    decision: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: String,
 }
@@ -87,6 +93,8 @@ struct Inner {
     tokens: Counter,
     refreshes: Counter,
     refresh_branches: Counter,
+    policy_decisions: Family<PolicyLabels, Counter>,
+    approvals: Family<OutcomeLabels, Counter>,
     reuse: Family<KindLabels, Counter>,
     rejections: Family<RejectionLabels, Counter>,
     connect_links: Family<OutcomeLabels, Counter>,
@@ -241,6 +249,18 @@ impl Metrics {
             "Refresh families branched by a recently superseded token of their own client",
             refresh_branches.clone(),
         );
+        let policy_decisions = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "policy_decisions",
+            "Tool-policy decisions on tools/call and tools/list, by decision and outcome",
+            policy_decisions.clone(),
+        );
+        let approvals = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "tool_approvals",
+            "Approval links of held tool calls answered, by answer",
+            approvals.clone(),
+        );
         let reuse = Family::<KindLabels, Counter>::default();
         registry.register(
             "reuse_detections",
@@ -332,6 +352,8 @@ impl Metrics {
             tokens,
             refreshes,
             refresh_branches,
+            policy_decisions,
+            approvals,
             reuse,
             rejections,
             connect_links,
@@ -413,6 +435,21 @@ impl Metrics {
             }
             Kind::RefreshBranched => {
                 m.refresh_branches.inc();
+            }
+            Kind::PolicyDecision => {
+                m.policy_decisions
+                    .get_or_create(&PolicyLabels {
+                        decision: field("decision").unwrap_or_else(|| "other".to_owned()),
+                        outcome: field("outcome").unwrap_or_else(|| "other".to_owned()),
+                    })
+                    .inc();
+            }
+            Kind::ApprovalAnswered => {
+                m.approvals
+                    .get_or_create(&OutcomeLabels {
+                        outcome: field("answer").unwrap_or_else(|| "other".to_owned()),
+                    })
+                    .inc();
             }
             Kind::CodeReuse => {
                 m.reuse

@@ -31,6 +31,9 @@ pub enum AlertKind {
     RefreshTokenReuse,
     /// A connect link was opened by someone other than its person.
     ConnectLinkWrongPerson,
+    /// One client's tool calls were denied by `[[policy]]` many times in a short time (an
+    /// agent probing what it may do, or one gone astray).
+    PolicyDenialBurst,
 }
 
 impl AlertKind {
@@ -42,6 +45,7 @@ impl AlertKind {
             AlertKind::WrongAudienceRate => "wrong_audience_rate",
             AlertKind::RefreshTokenReuse => "refresh_token_reuse",
             AlertKind::ConnectLinkWrongPerson => "connect_link_wrong_person",
+            AlertKind::PolicyDenialBurst => "policy_denial_burst",
         }
     }
 }
@@ -143,6 +147,11 @@ impl RateWindow {
         }
     }
 
+    /// When the last hit was recorded, if any is still held.
+    pub fn last_hit(&self) -> Option<u64> {
+        self.hits.back().copied()
+    }
+
     /// Records a hit at `now`; returns the count in the window when an alert is due.
     pub fn hit(&mut self, now: u64) -> Option<usize> {
         while self
@@ -169,7 +178,15 @@ impl RateWindow {
 pub struct Detector {
     window_secs: u64,
     wrong_audience: Mutex<RateWindow>,
+    denial_threshold: u32,
+    denial_window_secs: u64,
+    /// Per client; bounded by [`MAX_DENIAL_WINDOWS`] (the oldest-quiet windows go first).
+    denials: Mutex<std::collections::HashMap<ClientId, RateWindow>>,
 }
+
+/// Clients whose denials are counted at once: a bound on the detector's memory, whatever
+/// the number of clients.
+pub const MAX_DENIAL_WINDOWS: usize = 4096;
 
 /// What a `refresh_reuse` case means, for the alert's text.
 fn reuse_case_text(case: &str) -> String {
@@ -194,7 +211,40 @@ impl Detector {
                 policy.wrong_audience_window_secs,
                 policy.wrong_audience_threshold,
             )),
+            denial_threshold: policy.policy_denial_threshold,
+            denial_window_secs: policy.policy_denial_window_secs,
+            denials: Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    fn denied(&self, client_id: &ClientId, user_id: &UserId, now: UnixTime) -> Option<AuditEvent> {
+        let mut all = self
+            .denials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !all.contains_key(client_id) && all.len() >= MAX_DENIAL_WINDOWS {
+            // Forget the windows with no denial in their last window's time.
+            let cutoff = now.0.saturating_sub(self.denial_window_secs);
+            all.retain(|_, w| w.last_hit().is_some_and(|t| t > cutoff));
+            if all.len() >= MAX_DENIAL_WINDOWS {
+                return None;
+            }
+        }
+        let w = all
+            .entry(client_id.clone())
+            .or_insert_with(|| RateWindow::new(self.denial_window_secs, self.denial_threshold));
+        w.hit(now.0).map(|n| {
+            alert(
+                AlertKind::PolicyDenialBurst,
+                Some(user_id.clone()),
+                Some(client_id.clone()),
+                format!(
+                    "{n} tool calls of client {} denied by policy within {} s",
+                    client_id.as_str(),
+                    self.denial_window_secs
+                ),
+            )
+        })
     }
 
     /// Alerts that `event`, seen at `now`, raises.
@@ -229,6 +279,12 @@ impl Detector {
                     opener.as_str()
                 ),
             )),
+            AuditEvent::PolicyDecision {
+                user_id,
+                client_id,
+                outcome: "denied",
+                ..
+            } => self.denied(client_id, user_id, now),
             AuditEvent::TokenRejected {
                 reason: "wrong_audience",
             } => {
@@ -279,6 +335,51 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_burst_of_policy_denials_from_one_client_raises_one_alert() {
+        let policy = AlertPolicy {
+            policy_denial_threshold: 3,
+            policy_denial_window_secs: 60,
+            ..AlertPolicy::default()
+        };
+        let d = Detector::new(&policy);
+        let denied = |client: &str| AuditEvent::PolicyDecision {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new(client),
+            tool: "delete_repo".into(),
+            rule_id: "no-deletes".into(),
+            decision: "deny",
+            outcome: "denied",
+            arguments_digest: "d".into(),
+            matched: vec![],
+        };
+        // Two clients' denials are counted apart.
+        assert!(d.observe(&denied("a"), UnixTime(100)).is_none());
+        assert!(d.observe(&denied("b"), UnixTime(101)).is_none());
+        assert!(d.observe(&denied("a"), UnixTime(102)).is_none());
+        let fired = d.observe(&denied("a"), UnixTime(103));
+        assert_eq!(
+            kinds(&fired.into_iter().collect::<Vec<_>>()),
+            vec![AlertKind::PolicyDenialBurst]
+        );
+        // One alert per burst.
+        assert!(d.observe(&denied("a"), UnixTime(104)).is_none());
+        // A forwarded call is no denial.
+        let allowed = AuditEvent::PolicyDecision {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new("c"),
+            tool: "create_issue".into(),
+            rule_id: "policy_defaults".into(),
+            decision: "allow",
+            outcome: "forwarded",
+            arguments_digest: "d".into(),
+            matched: vec![],
+        };
+        for t in 0..10 {
+            assert!(d.observe(&allowed, UnixTime(200 + t)).is_none());
+        }
     }
 
     #[test]

@@ -210,6 +210,42 @@ pub enum AuditEvent {
         /// The client IP it came from, if known.
         ip: Option<std::net::IpAddr>,
     },
+    /// A `[[policy]]` decision on a `tools/call` (or a tool hidden from a `tools/list`).
+    /// Arguments are never stored: their digest and the names of the conditions that matched.
+    PolicyDecision {
+        /// Person.
+        user_id: UserId,
+        /// Agent.
+        client_id: ClientId,
+        /// The tool.
+        tool: String,
+        /// The rule's id; `policy_defaults` when no rule matched.
+        rule_id: String,
+        /// `allow`, `deny`, `ask` or `step_up`.
+        decision: &'static str,
+        /// What happened: `forwarded`, `denied`, `hidden`, `step_up_required`,
+        /// `approval_requested`, `approval_used`, `refused_duplicate_keys`, `refused_tool_name`.
+        outcome: &'static str,
+        /// `tool_policy::arguments_digest` of the call's arguments.
+        arguments_digest: String,
+        /// Which conditions matched (names and JSON pointers, never values).
+        matched: Vec<String>,
+    },
+    /// A person answered an approval link (`[[policy]] decision = "ask"`).
+    ApprovalAnswered {
+        /// Link id.
+        link_id: String,
+        /// Person.
+        user_id: UserId,
+        /// Agent.
+        client_id: ClientId,
+        /// The tool.
+        tool: String,
+        /// The rule.
+        rule_id: String,
+        /// `approved` or `denied`.
+        answer: &'static str,
+    },
     /// A token was revoked by its client (RFC 7009).
     TokenRevoked {
         /// Client.
@@ -433,6 +469,10 @@ pub enum Kind {
     RefreshReuse,
     /// `refresh_branched`.
     RefreshBranched,
+    /// `policy_decision`.
+    PolicyDecision,
+    /// `approval_answered`.
+    ApprovalAnswered,
     /// `token_revoked`.
     TokenRevoked,
     /// `token_rejected`.
@@ -477,7 +517,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 37] = [
+    pub const ALL: [Kind; 39] = [
         Kind::ClientRegistered,
         Kind::RegistrationRefused,
         Kind::ClientDeleted,
@@ -495,6 +535,8 @@ impl Kind {
         Kind::TokenRefreshed,
         Kind::RefreshReuse,
         Kind::RefreshBranched,
+        Kind::PolicyDecision,
+        Kind::ApprovalAnswered,
         Kind::TokenRevoked,
         Kind::TokenRejected,
         Kind::HandleRejected,
@@ -537,6 +579,8 @@ impl Kind {
             Kind::TokenRefreshed => "token_refreshed",
             Kind::RefreshReuse => "refresh_reuse",
             Kind::RefreshBranched => "refresh_branched",
+            Kind::PolicyDecision => "policy_decision",
+            Kind::ApprovalAnswered => "approval_answered",
             Kind::TokenRevoked => "token_revoked",
             Kind::TokenRejected => "token_rejected",
             Kind::HandleRejected => "handle_rejected",
@@ -567,6 +611,18 @@ impl Kind {
 }
 
 impl AuditEvent {
+    /// Whether the background group commit makes this event durable (not security state:
+    /// the request it records goes on without waiting for it).
+    pub fn group_committed(&self) -> bool {
+        match self {
+            AuditEvent::UpstreamAction { .. } => true,
+            AuditEvent::PolicyDecision { outcome, .. } => {
+                matches!(*outcome, "forwarded" | "approval_used" | "hidden")
+            }
+            _ => false,
+        }
+    }
+
     /// Which kind of event this is.
     pub fn kind(&self) -> Kind {
         match self {
@@ -587,6 +643,8 @@ impl AuditEvent {
             AuditEvent::TokenRefreshed { .. } => Kind::TokenRefreshed,
             AuditEvent::RefreshReuse { .. } => Kind::RefreshReuse,
             AuditEvent::RefreshBranched { .. } => Kind::RefreshBranched,
+            AuditEvent::PolicyDecision { .. } => Kind::PolicyDecision,
+            AuditEvent::ApprovalAnswered { .. } => Kind::ApprovalAnswered,
             AuditEvent::TokenRevoked { .. } => Kind::TokenRevoked,
             AuditEvent::TokenRejected { .. } => Kind::TokenRejected,
             AuditEvent::HandleRejected { .. } => Kind::HandleRejected,
@@ -824,8 +882,11 @@ impl Audit {
         let mut entry = audit_log::Entry::new(rec, at.plus(RETENTION_SECS));
         // An upstream action (a `tools/call` and its outcome) is not security state: it is
         // made durable by the background group commit, within the configured window, and the
-        // call does not wait for it (issue 17). Every other kind: durable before this returns.
-        if event.kind() == Kind::UpstreamAction
+        // call does not wait for it (issue 17). So is a policy decision that lets a call go on
+        // (`forwarded`, `approval_used`: the approval itself was taken durably) or hides a tool
+        // from a list: it changes nothing a later request reads. Every other kind (a denial,
+        // an approval request, a step-up): durable before this returns.
+        if event.group_committed()
             && let Some(committer) = self.committer()
         {
             let item = commit::Item::new(entry, self.webhook.clone());
@@ -942,9 +1003,11 @@ pub(crate) mod tests {
             E::AccessLost { .. } => 34,
             E::AnonymousRefusals { .. } => 35,
             E::RefreshBranched { .. } => 36,
+            E::PolicyDecision { .. } => 37,
+            E::ApprovalAnswered { .. } => 38,
         }
     }
-    const VARIANTS: usize = 37;
+    const VARIANTS: usize = 39;
 
     /// What the sink reported, one line each (the metrics registry sits above audit).
     #[derive(Clone, Default)]
@@ -1089,6 +1152,24 @@ pub(crate) mod tests {
                 branches: 2,
                 live: 1,
                 ip: None,
+            },
+            AuditEvent::PolicyDecision {
+                user_id: u(),
+                client_id: c(),
+                tool: s(),
+                rule_id: s(),
+                decision: "deny",
+                outcome: "denied",
+                arguments_digest: s(),
+                matched: vec![s()],
+            },
+            AuditEvent::ApprovalAnswered {
+                link_id: s(),
+                user_id: u(),
+                client_id: c(),
+                tool: s(),
+                rule_id: s(),
+                answer: "approved",
             },
             AuditEvent::TokenRevoked {
                 client_id: c(),

@@ -97,6 +97,8 @@ pub struct RawAlerts {
     wrong_audience_threshold: u32,
     wrong_audience_window_secs: u64,
     new_client_secs: u64,
+    policy_denial_threshold: u32,
+    policy_denial_window_secs: u64,
 }
 
 impl Default for RawAlerts {
@@ -106,6 +108,8 @@ impl Default for RawAlerts {
             wrong_audience_threshold: d.wrong_audience_threshold,
             wrong_audience_window_secs: d.wrong_audience_window_secs,
             new_client_secs: d.new_client_secs,
+            policy_denial_threshold: d.policy_denial_threshold,
+            policy_denial_window_secs: d.policy_denial_window_secs,
         }
     }
 }
@@ -179,6 +183,10 @@ pub struct AlertPolicy {
     /// A client younger than this that receives a code for a never-seen redirect host raises
     /// an alert.
     pub new_client_secs: u64,
+    /// `[[policy]]` denials of one client within the window that raise an alert.
+    pub policy_denial_threshold: u32,
+    /// The sliding window for that count (kept in memory, per process and client).
+    pub policy_denial_window_secs: u64,
 }
 
 impl Default for AlertPolicy {
@@ -187,6 +195,8 @@ impl Default for AlertPolicy {
             wrong_audience_threshold: 10,
             wrong_audience_window_secs: 60,
             new_client_secs: 600,
+            policy_denial_threshold: 10,
+            policy_denial_window_secs: 60,
         }
     }
 }
@@ -271,10 +281,18 @@ impl AlertPolicy {
         if alerts.new_client_secs > 7 * 86_400 {
             errs.push("alerts.new_client_secs: at most 604800".to_owned());
         }
+        if alerts.policy_denial_threshold == 0 {
+            errs.push("alerts.policy_denial_threshold: at least 1".to_owned());
+        }
+        if !(1..=86_400).contains(&alerts.policy_denial_window_secs) {
+            errs.push("alerts.policy_denial_window_secs: between 1 and 86400".to_owned());
+        }
         AlertPolicy {
             wrong_audience_threshold: alerts.wrong_audience_threshold,
             wrong_audience_window_secs: alerts.wrong_audience_window_secs,
             new_client_secs: alerts.new_client_secs,
+            policy_denial_threshold: alerts.policy_denial_threshold,
+            policy_denial_window_secs: alerts.policy_denial_window_secs,
         }
     }
 }

@@ -38,6 +38,7 @@ pub mod records;
 pub mod sessions;
 mod sled_store;
 pub mod standing;
+pub mod tool_approvals;
 pub mod transactions;
 mod update;
 pub mod upstream_states;
@@ -119,11 +120,19 @@ pub enum Keyspace {
     /// `jti`s of client assertions already used (RFC 7523 §3 item 7), by hash of
     /// `client|jti`, kept until the assertion's `exp` plus the allowed skew.
     UsedAssertions,
+    /// Tool calls waiting for their person's approval, by hash of the link's code.
+    ApprovalLinks,
+    /// The one open approval link per person, agent and call, by `user|client|call`.
+    ApprovalLinkIndex,
+    /// Approvals given and not yet used (single use), by `user|client|call`.
+    ToolApprovals,
+    /// Each person's recent answers to approval links, by user id.
+    ApprovalHistory,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 24] = [
+    pub const ALL: [Keyspace; 28] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -148,6 +157,10 @@ impl Keyspace {
         Keyspace::Standing,
         Keyspace::ClientApprovals,
         Keyspace::UsedAssertions,
+        Keyspace::ApprovalLinks,
+        Keyspace::ApprovalLinkIndex,
+        Keyspace::ToolApprovals,
+        Keyspace::ApprovalHistory,
     ];
 
     /// On-disk name.
@@ -177,6 +190,10 @@ impl Keyspace {
             Keyspace::Standing => "standing",
             Keyspace::ClientApprovals => "client_approvals",
             Keyspace::UsedAssertions => "used_assertions",
+            Keyspace::ApprovalLinks => "approval_links",
+            Keyspace::ApprovalLinkIndex => "approval_link_index",
+            Keyspace::ToolApprovals => "tool_approvals",
+            Keyspace::ApprovalHistory => "approval_history",
         }
     }
 }

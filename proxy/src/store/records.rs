@@ -373,6 +373,106 @@ pub struct ConnectIndexRecord {
     pub code_hash: String,
 }
 
+/// A tool call waiting for its person's approval (`[[policy]] decision = "ask"`), stored under
+/// the hash of its link's code (the code itself is never stored). It holds the arguments the
+/// page shows, until the link expires or is answered.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApprovalLinkRecord {
+    /// Public id (the `elicitationId`).
+    pub link_id: String,
+    /// The person the call was made for.
+    pub user_id: UserId,
+    /// The agent that made it.
+    pub client_id: ClientId,
+    /// The tool.
+    pub tool: String,
+    /// The `[[policy]]` rule that asked.
+    pub rule_id: String,
+    /// `tool_policy::arguments_digest` of the call's arguments: what an approval is bound to.
+    pub arguments_digest: String,
+    /// The arguments as canonical JSON text, for the page (bounded by the gateway).
+    pub arguments: String,
+    /// Created.
+    pub created_at: UnixTime,
+    /// Expires (`ask_ttl_secs` after it was created); an approval given lasts until then.
+    pub expires_at: UnixTime,
+}
+
+/// The one open approval link of one person, agent and call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApprovalIndexRecord {
+    /// Its id.
+    pub link_id: String,
+    /// Hash of its code.
+    pub code_hash: String,
+    /// The tool (for the person's account page).
+    pub tool: String,
+    /// The agent.
+    pub client_id: ClientId,
+    /// The rule.
+    pub rule_id: String,
+    /// Created.
+    pub created_at: UnixTime,
+    /// Expires.
+    pub expires_at: UnixTime,
+}
+
+/// A person's approval of one call: single use, bound to the person, the agent, the tool and
+/// the digest of the arguments (the key), until the ask expires.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ToolApprovalRecord {
+    /// The link it answered.
+    pub link_id: String,
+    /// The rule that asked.
+    pub rule_id: String,
+    /// When the person approved.
+    pub approved_at: UnixTime,
+}
+
+/// How a person answered an approval link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalAnswer {
+    /// Approve once.
+    Approved,
+    /// Deny.
+    Denied,
+}
+
+impl ApprovalAnswer {
+    /// The word in audit events and on the account page.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalAnswer::Approved => "approved",
+            ApprovalAnswer::Denied => "denied",
+        }
+    }
+}
+
+/// One answered approval, for the person's account page.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApprovalHistoryEntry {
+    /// The link.
+    pub link_id: String,
+    /// The agent.
+    pub client_id: ClientId,
+    /// The tool.
+    pub tool: String,
+    /// The rule.
+    pub rule_id: String,
+    /// The answer.
+    pub answer: ApprovalAnswer,
+    /// When.
+    pub at: UnixTime,
+}
+
+/// A person's most recent answers, newest first (bounded by the store).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ApprovalHistoryRecord {
+    /// The answers.
+    pub entries: Vec<ApprovalHistoryEntry>,
+}
+
 /// A short-lived token the proxy gave an exchange-mode backend for one request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackendTokenRecord {

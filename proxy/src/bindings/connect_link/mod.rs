@@ -6,6 +6,12 @@
 //! before anything is shown: unknown/expired/declined/replaced → one 404; nobody signed in →
 //! sign in; someone else signed in → refused (and audited); sign-in too old → sign in again.
 //! Only then does the person get `OpenedBy`, which the page's action requires.
+//!
+//! Approval links (`/approve/<code>`, [`approval`]) are links of the same kind for a tool call
+//! a `[[policy]]` rule holds for its person: the same opener checks, in the same order, by the
+//! same function ([`opener`]), with their own witness.
+
+pub mod approval;
 
 use serde::Deserialize;
 
@@ -151,9 +157,10 @@ impl OpenedBy {
     }
 }
 
-/// What opening a link leads to, in the order the checks run.
+/// What opening a link leads to, in the order the checks run. `T` is the witness of the
+/// link's kind ([`OpenedBy`], [`approval::ApprovalOpenedBy`]).
 #[derive(Debug)]
-pub enum Opened {
+pub enum Opened<T = OpenedBy> {
     /// Unknown, expired, declined or replaced: all the same to the caller.
     NotFound,
     /// Nobody is signed in: sign in, then come back to this link.
@@ -176,7 +183,36 @@ pub enum Opened {
         link_id: String,
     },
     /// The right person: the action may be offered.
-    Owner(OpenedBy),
+    Owner(T),
+}
+
+/// Who opened a live link, checked in order: nobody signed in, someone else, a sign-in older
+/// than `max_sign_in_age_secs`. `Ok` only for the link's own person, recently signed in.
+fn opener<T>(
+    link_id: &str,
+    owner: &UserId,
+    session: Option<&Session>,
+    now: UnixTime,
+    max_sign_in_age_secs: u64,
+) -> Result<(), Opened<T>> {
+    let Some(s) = session else {
+        return Err(Opened::SignIn {
+            link_id: link_id.to_owned(),
+        });
+    };
+    if &s.record().user_id != owner {
+        return Err(Opened::WrongPerson {
+            link_id: link_id.to_owned(),
+            owner: owner.clone(),
+            opener: s.record().user_id.clone(),
+        });
+    }
+    if now.since(s.record().auth_time) > max_sign_in_age_secs {
+        return Err(Opened::Stale {
+            link_id: link_id.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// Runs the opener checks, in order.
@@ -191,22 +227,14 @@ pub async fn open(
     let Some(link) = links::get(store, &stored_at).await? else {
         return Ok(Opened::NotFound);
     };
-    let Some(s) = session else {
-        return Ok(Opened::SignIn {
-            link_id: link.link_id,
-        });
-    };
-    if s.record().user_id != link.user_id {
-        return Ok(Opened::WrongPerson {
-            link_id: link.link_id,
-            owner: link.user_id,
-            opener: s.record().user_id.clone(),
-        });
-    }
-    if now.since(s.record().auth_time) > max_sign_in_age_secs {
-        return Ok(Opened::Stale {
-            link_id: link.link_id,
-        });
+    if let Err(refused) = opener(
+        &link.link_id,
+        &link.user_id,
+        session,
+        now,
+        max_sign_in_age_secs,
+    ) {
+        return Ok(refused);
     }
     Ok(Opened::Owner(OpenedBy { link, stored_at }))
 }
