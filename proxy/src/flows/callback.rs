@@ -156,6 +156,9 @@ pub async fn github_callback(
                     "/connect/{}",
                     connect_link::code_for(&app.keys.connect_link, &link_id)
                 ),
+                ReturnTo::Approve { link_id } => {
+                    connect_link::approval::path_of(&app.keys.connect_link, &link_id)
+                }
             };
             Ok(CallbackOutcome {
                 next: Next::Redirect(location),

@@ -6,6 +6,7 @@ pub mod access;
 pub mod account;
 pub mod admin;
 pub mod admission;
+pub mod approve;
 pub mod authorize;
 pub mod callback;
 pub mod codes;

@@ -90,5 +90,7 @@ pub async fn everything_of(app: &App, user: &UserId) -> Result<PersonRevoked, Fl
             families += 1;
         }
     }
+    // Held calls and approvals not yet used: none may outlive the person's access.
+    crate::store::tool_approvals::remove_of_user(app.store.as_ref(), user).await?;
     Ok(PersonRevoked { grant, families })
 }

@@ -8,6 +8,7 @@ pub mod forward;
 pub mod jsonrpc;
 pub mod refusal;
 pub mod request_state;
+pub mod tool_list;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};

@@ -12,6 +12,7 @@ use super::headers::CSP_CONSENT;
 use crate::app::App;
 use crate::cookies;
 use crate::flows::account::{self, AccountForm, AccountOutcome};
+use crate::flows::approve::{self, ApproveOutcome};
 use crate::flows::authorize::{self, AuthorizeInput, AuthorizeOutcome};
 use crate::flows::connect::{self, ConnectOutcome};
 use crate::flows::consent::{self, ConsentInput, ConsentOutcome};
@@ -168,6 +169,57 @@ fn connect_response(out: ConnectOutcome) -> Response {
             with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
         }
         ConnectOutcome::Message(title, message) => render(consent_ui::MessagePage {
+            title: title.to_owned(),
+            message,
+        })
+        .into_response(),
+    }
+}
+
+/// `GET /approve/{code}`.
+pub async fn approve_show(
+    State(app): State<App>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    Ok(approve_response(
+        approve::show(&app, &code, session.as_deref()).await?,
+    ))
+}
+
+/// `POST /approve/{code}`.
+pub async fn approve_act(
+    State(app): State<App>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let out = approve::act(
+        &app,
+        &code,
+        account_form(&headers, session.as_deref(), form(&body)?),
+    )
+    .await?;
+    Ok(approve_response(out))
+}
+
+fn approve_response(out: ApproveOutcome) -> Response {
+    match out {
+        ApproveOutcome::Page(p) => {
+            let mut resp = render(*p).into_response();
+            // The consent page's script, allowed by its hash (same CSP as the connect page).
+            resp.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP_CONSENT),
+            );
+            resp
+        }
+        ApproveOutcome::GitHub { url, set_cookie } => {
+            with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
+        }
+        ApproveOutcome::Message(title, message) => render(consent_ui::MessagePage {
             title: title.to_owned(),
             message,
         })

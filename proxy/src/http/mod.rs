@@ -133,6 +133,12 @@ pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
                 .post(browser::connect_act)
                 .layer(limited!(Connect)),
         )
+        .route(
+            "/approve/{code}",
+            get(browser::approve_show)
+                .post(browser::approve_act)
+                .layer(limited!(Connect)),
+        )
         .route(consent_ui::STYLESHEET_PATH, get(browser::stylesheet))
         // /mcp is not batched: its usual write is the call's audit event, made while the answer
         // streams, outside the handler (gateway/forward.rs), and that is not security state:

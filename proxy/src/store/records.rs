@@ -112,6 +112,11 @@ pub enum ReturnTo {
         /// The link.
         link_id: String,
     },
+    /// An approval link, by its id (likewise).
+    Approve {
+        /// The link.
+        link_id: String,
+    },
 }
 
 /// A `state` sent to GitHub, stored under its hash.
@@ -396,6 +401,10 @@ pub struct ApprovalLinkRecord {
     pub created_at: UnixTime,
     /// Expires (`ask_ttl_secs` after it was created); an approval given lasts until then.
     pub expires_at: UnixTime,
+    /// When the no-JavaScript confirmation step was last shown (milliseconds): an Approve
+    /// within `CONFIRM_MIN_MS` of it is refused by showing it again.
+    #[serde(default)]
+    pub confirm_shown_at_ms: Option<u64>,
 }
 
 /// The one open approval link of one person, agent and call.

@@ -127,6 +127,17 @@ pub async fn open_of_user(
         .collect())
 }
 
+/// Records when the link's confirmation step was shown (its code and expiry unchanged).
+pub async fn confirm_shown(
+    store: &dyn Store,
+    key: &ApprovalKey,
+    rec: &ApprovalLinkRecord,
+) -> Result<(), StoreError> {
+    store
+        .put_json(Keyspace::ApprovalLinks, &key.0, rec, Some(rec.expires_at))
+        .await
+}
+
 /// Removes a link (answered): its code becomes unknown and its call has no open link.
 pub async fn close(
     store: &dyn Store,

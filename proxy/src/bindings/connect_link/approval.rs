@@ -90,6 +90,7 @@ pub async fn request(
         arguments: ask.arguments.to_owned(),
         created_at: now,
         expires_at: now.plus(ask.ttl_secs),
+        confirm_shown_at_ms: None,
     };
     tool_approvals::put(store, &ApprovalKey::of_code(&code), &rec).await?;
     Ok(IssuedApproval {
@@ -122,6 +123,12 @@ impl ApprovalOpenedBy {
     /// The held call.
     pub fn link(&self) -> &ApprovalLinkRecord {
         &self.link
+    }
+
+    /// Records that the no-JavaScript confirmation step is being shown now (milliseconds).
+    pub async fn confirm_shown(&mut self, store: &dyn Store, now_ms: u64) -> Result<(), StoreError> {
+        self.link.confirm_shown_at_ms = Some(now_ms);
+        tool_approvals::confirm_shown(store, &self.stored_at, &self.link).await
     }
 }
 
