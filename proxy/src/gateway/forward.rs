@@ -15,13 +15,15 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tracing::Instrument as _;
 
 use super::jsonrpc::{Inbound, Scanner, Seen, Version};
+use super::policy::{ListFilter, Permitted};
+use super::tool_list;
 use super::{ClientContext, GatewayError, McpRequest};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::audience::Audienced;
 use crate::bindings::session_binding::{self, SessionChecked};
 use crate::bindings::upstream_auth::{self, BackendCredential};
-use crate::outbound::BackendError;
+use crate::outbound::{BackendBody, BackendError};
 use crate::store::records::AccessTokenRecord;
 use crate::telemetry::span as telemetry;
 
@@ -78,7 +80,9 @@ impl Forwarded {
     }
 }
 
-/// Sends the request to the backend and prepares the streamed response.
+/// Sends the request to the backend and prepares the streamed response. `permitted`: the
+/// policy let it through (and says what a `tools/list` answer must lose).
+#[allow(clippy::too_many_arguments)]
 pub async fn forward(
     app: &App,
     token: &Arc<Audienced<AccessTokenRecord>>,
@@ -87,6 +91,7 @@ pub async fn forward(
     req: McpRequest,
     inbound: &Inbound,
     context: ClientContext,
+    permitted: Permitted,
 ) -> Result<Forwarded, GatewayError> {
     let http = app.backend_http.as_ref().ok_or(GatewayError::NoBackend)?;
     let backend = app.config.backend.as_ref().ok_or(GatewayError::NoBackend)?;
@@ -155,6 +160,12 @@ pub async fn forward(
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     }
+    let mut upstream = resp.body;
+    if let Some(filter) = permitted.list_filter()
+        && status.is_success()
+    {
+        upstream = filtered_list(app, token, filter, upstream, sse).await?;
+    }
     let observer = Observer {
         app: app.clone(),
         token: Arc::clone(token),
@@ -165,7 +176,7 @@ pub async fn forward(
         _span: span,
     };
     let body = relay(
-        resp.body,
+        upstream,
         Scanner::new(content_type.as_deref()),
         sse,
         observer,
@@ -176,6 +187,47 @@ pub async fn forward(
         body,
         context,
     })
+}
+
+/// Reads a `tools/list` answer whole and drops the tools the policy hides from this caller
+/// (`tool_list`); each hidden tool is audited. An answer that cannot be filtered is refused.
+async fn filtered_list(
+    app: &App,
+    token: &Arc<Audienced<AccessTokenRecord>>,
+    filter: &ListFilter,
+    mut upstream: BackendBody,
+    sse: bool,
+) -> Result<BackendBody, GatewayError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = upstream.next().await {
+        let chunk = chunk.map_err(|_| GatewayError::Backend("request".into()))?;
+        if body.len() + chunk.len() > tool_list::MAX_LIST_BYTES {
+            return Err(GatewayError::Backend("tools/list answer too large to filter".into()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let (out, hidden) = tool_list::filter(&body, sse, &filter.id, &|t| filter.hides(t))
+        .map_err(|e| GatewayError::Backend(format!("tools/list answer unfilterable: {e:?}")))?;
+    for tool in hidden {
+        // Write class: not security state, an audit event (group committed): hiding a tool
+        // changes nothing stored; calling it is denied on its own.
+        app.audit
+            .record(AuditEvent::PolicyDecision {
+                user_id: token.get().user_id.clone(),
+                client_id: token.get().client_id.clone(),
+                tool: super::jsonrpc::tool_for_audit(&tool),
+                rule_id: filter.rule_for(&tool),
+                decision: "deny",
+                outcome: "hidden",
+                arguments_digest: String::new(),
+                matched: vec!["tool".to_owned()],
+            })
+            .await?;
+    }
+    let once: BackendBody = Box::pin(futures_util::stream::iter([Ok::<_, BackendError>(
+        Bytes::from(out),
+    )]));
+    Ok(once)
 }
 
 /// Watches a response go by: binds request states, records the `tools/call` outcome (also

@@ -45,7 +45,7 @@ pub const MAX_TOOL_NAME_CHARS: usize = 128;
 /// audit log line and the webhook queue (bounded by entries, not bytes), so a name of
 /// megabytes is cut to [`MAX_TOOL_NAME_CHARS`] and marked with "…". The request itself is
 /// forwarded unchanged.
-fn tool_for_audit(name: &str) -> String {
+pub fn tool_for_audit(name: &str) -> String {
     match name.char_indices().nth(MAX_TOOL_NAME_CHARS) {
         Some((cut, _)) => format!("{}…", name.get(..cut).unwrap_or_default()),
         None => name.to_owned(),

@@ -6,6 +6,7 @@
 
 pub mod forward;
 pub mod jsonrpc;
+pub mod policy;
 pub mod refusal;
 pub mod request_state;
 pub mod tool_list;
@@ -260,7 +261,11 @@ pub async fn handle(
     caller: Authenticated,
     req: McpRequest,
 ) -> Result<Forwarded, GatewayError> {
-    let Authenticated { token, standing } = caller;
+    let Authenticated {
+        token,
+        standing,
+        person,
+    } = caller;
     let Some(backend) = app.config.backend.as_ref() else {
         return Err(GatewayError::NoBackend);
     };
@@ -293,7 +298,9 @@ pub async fn handle(
         )
         .await;
     }
-    let credential = match &backend.auth {
+    // GitHub access first (reads only, unless an expiring GitHub App token is due): a call
+    // that gets a connect link instead must not use up its approval below.
+    let github = match &backend.auth {
         BackendAuth::GitHubToken => {
             // Reads only, unless an expiring GitHub App token is due: its refresh writes the
             // rotated grant (security state: GitHub spent the old refresh token, so every
@@ -307,17 +314,40 @@ pub async fn handle(
             .await
             .map_err(flow_err)?
             {
-                Access::Ready(gh) => BackendCredential::github_token(&token, &gh)
-                    .ok_or_else(|| GatewayError::Backend("credential".into()))?,
+                Access::Ready(gh) => Some(gh),
                 Access::Needs(kind) => {
                     return refuse(app, &token, kind, &req.method, &inbound, context).await;
                 }
             }
         }
-        BackendAuth::Exchange { token_ttl_secs, .. } => {
+        BackendAuth::Exchange { .. } => None,
+    };
+    // `[[policy]]`, before anything reaches the backend (and before an exchange-mode backend
+    // token is minted for a call that is not forwarded).
+    let permitted = match policy::gate(
+        app,
+        &token,
+        &person,
+        &req.method,
+        &req.body,
+        &inbound,
+        context,
+    )
+    .await?
+    {
+        policy::Gate::Pass(p) => p,
+        policy::Gate::Answer(answer) => return Ok(answer),
+    };
+    let credential = match (&backend.auth, github) {
+        (BackendAuth::GitHubToken, Some(gh)) => BackendCredential::github_token(&token, &gh)
+            .ok_or_else(|| GatewayError::Backend("credential".into()))?,
+        (BackendAuth::Exchange { token_ttl_secs, .. }, _) => {
             let minted = mint_backend_token(app, &token, *token_ttl_secs).await?;
             BackendCredential::backend_token(&token, &minted)
                 .ok_or_else(|| GatewayError::Backend("credential".into()))?
+        }
+        (BackendAuth::GitHubToken, None) => {
+            return Err(GatewayError::Backend("credential".into()));
         }
     };
     let mut req = req;
@@ -331,7 +361,11 @@ pub async fn handle(
     // (and the method) only if the backend reports that GitHub refused the person's token.
     let token = std::sync::Arc::new(token);
     let forwarded =
-        match forward::forward(app, &token, credential, &checked, req, &inbound, context).await {
+        match forward::forward(
+            app, &token, credential, &checked, req, &inbound, context, permitted,
+        )
+        .await
+        {
             Err(GatewayError::GitHubRejected) => {
                 // The backend says GitHub refused the person's token: mark the grant broken, so
                 // the person gets a reconnect link instead of an opaque error.
@@ -462,7 +496,9 @@ fn own_state_stripped(body: &Bytes, inbound: &Inbound) -> Option<Bytes> {
         .get_mut("inputResponses")
         .and_then(serde_json::Value::as_object_mut)
     {
-        responses.remove(refusal::INPUT_KEY);
+        for key in refusal::OWN_INPUT_KEYS {
+            responses.remove(key);
+        }
         if responses.is_empty() {
             params.remove("inputResponses");
         }
@@ -545,6 +581,7 @@ async fn refuse(
         link_id: &link.link_id,
         url: &url,
         message: &message,
+        input_key: refusal::INPUT_KEY,
     };
     let body = if inbound.method.as_deref() == Some("tools/call") {
         let state = (context.version == Version::Stateless && context.url_elicitation).then(|| {

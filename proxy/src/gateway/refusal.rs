@@ -7,8 +7,12 @@
 use serde_json::{Value, json};
 
 /// The key of the gateway's own input request in an `input_required` result (and of its
-/// answer in the retry's `inputResponses`, which the backend never asked for).
+/// answer in the retry's `inputResponses`, which the backend never asked for): a connect link.
 pub const INPUT_KEY: &str = "github_connect";
+/// Likewise, for an approval link of a held tool call (`[[policy]] decision = "ask"`).
+pub const APPROVAL_INPUT_KEY: &str = "tool_approval";
+/// Every key the gateway's own input requests use.
+pub const OWN_INPUT_KEYS: [&str; 2] = [INPUT_KEY, APPROVAL_INPUT_KEY];
 
 use super::ClientContext;
 use super::jsonrpc::Version;
@@ -27,6 +31,8 @@ pub struct Refusal<'a> {
     pub url: &'a str,
     /// Message naming the agent and the action.
     pub message: &'a str,
+    /// The key of the input request in an `input_required` result.
+    pub input_key: &'a str,
 }
 
 fn id_value(id: &str) -> Value {
@@ -52,7 +58,7 @@ pub fn tools_call(r: &Refusal<'_>, ctx: ClientContext, request_state: Option<&st
             "result": {
                 "resultType": "input_required",
                 "inputRequests": {
-                    INPUT_KEY: {"method": "elicitation/create", "params": {"mode": "url", "url": r.url, "message": r.message}}
+                    r.input_key: {"method": "elicitation/create", "params": {"mode": "url", "url": r.url, "message": r.message}}
                 },
                 "requestState": state
             }
@@ -87,6 +93,7 @@ mod tests {
         link_id: "L1",
         url: "https://p.example/connect/abc",
         message: "Open this link.",
+        input_key: INPUT_KEY,
     };
 
     #[test]

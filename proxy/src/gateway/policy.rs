@@ -1,0 +1,380 @@
+//! Binding: a tool call ↔ the `[[policy]]` decision for its caller (person, agent), checked
+//! after authentication and before anything reaches the backend. The rules themselves are
+//! pure (`tool_policy`); this module applies them to one request and answers for them:
+//!
+//! * `tools/call` with a repeated key anywhere in its body, or a tool name outside MCP's
+//!   characters, is refused when a policy is set: a rule could otherwise check a value or a
+//!   name the backend reads differently.
+//! * `deny`: a tool error naming the rule; nothing is forwarded.
+//! * `step_up`: 403 `insufficient_scope` naming every scope the call needs, so the client
+//!   re-authorizes (and the person consents to the extra access).
+//! * `ask`: the call is forwarded only with an approval of exactly this call (person, agent,
+//!   tool, digest of the canonical arguments), which forwarding it uses up; otherwise the
+//!   answer is an approval link in the client's shape (`refusal`).
+//! * `tools/list`: forwarded, and the answer loses the tools the policy denies this caller
+//!   whatever the arguments (`tool_list`).
+//!
+//! Only [`gate`] makes a [`Permitted`], and forwarding takes one.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Method;
+use serde_json::{Value, json};
+
+use super::jsonrpc::{Inbound, Version};
+use super::refusal;
+use super::request_state;
+use super::{ClientContext, Forwarded, GatewayError};
+use crate::app::App;
+use crate::audit::AuditEvent;
+use crate::bindings::audience::Audienced;
+use crate::bindings::connect_link::{For, approval};
+use crate::flows::admission::PersonFacts;
+use crate::ids::{ClientId, UserId};
+use crate::store::records::{AccessTokenRecord, ClientRecord};
+use crate::tool_policy::{self, Action, Caller, Decision, Policy, ToolCall};
+
+/// Largest canonical arguments an `ask` rule holds for approval (the page shows them all).
+pub const MAX_ASK_ARGUMENTS_BYTES: usize = 64 * 1024;
+
+/// The id `policy_decision` events give the defaults.
+pub const DEFAULTS_ID: &str = "policy_defaults";
+
+/// A request the policy lets through to the backend. Only [`gate`] makes one.
+///
+/// ```compile_fail
+/// use mcp_oauth_proxy::gateway::policy::Permitted;
+/// // Private fields: a request cannot be declared permitted outside this module.
+/// fn forge() -> Permitted {
+///     Permitted { list_filter: None }
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Permitted {
+    list_filter: Option<ListFilter>,
+}
+
+impl Permitted {
+    /// For a `tools/list`: what its answer must lose.
+    pub fn list_filter(&self) -> Option<&ListFilter> {
+        self.list_filter.as_ref()
+    }
+}
+
+/// Which tools a `tools/list` answer must not show this caller.
+#[derive(Debug, Clone)]
+pub struct ListFilter {
+    policy: Arc<Policy>,
+    user_id: UserId,
+    client_id: ClientId,
+    person: PersonFacts,
+    /// The request's id, as JSON text.
+    pub id: String,
+}
+
+impl ListFilter {
+    /// Whether `tool` is denied to this caller whatever its arguments.
+    pub fn hides(&self, tool: &str) -> bool {
+        self.policy
+            .hidden(&caller(&self.user_id, &self.client_id, &self.person), tool)
+    }
+
+    /// The rule that hides `tool` (for the audit trail): the one a call without arguments
+    /// meets.
+    pub fn rule_for(&self, tool: &str) -> String {
+        self.policy
+            .decide(
+                &caller(&self.user_id, &self.client_id, &self.person),
+                &ToolCall {
+                    name: tool,
+                    arguments: None,
+                },
+            )
+            .rule_id
+            .unwrap_or_else(|| DEFAULTS_ID.to_owned())
+    }
+}
+
+fn caller<'a>(user_id: &'a UserId, client_id: &'a ClientId, person: &'a PersonFacts) -> Caller<'a> {
+    Caller {
+        user_id,
+        login: person.login.as_deref(),
+        memberships: &person.memberships,
+        client_id,
+    }
+}
+
+/// What the policy makes of a request.
+#[derive(Debug)]
+pub enum Gate {
+    /// Forward it.
+    Pass(Permitted),
+    /// Answer it here; nothing reaches the backend.
+    Answer(Forwarded),
+}
+
+fn pass(list_filter: Option<ListFilter>) -> Gate {
+    Gate::Pass(Permitted { list_filter })
+}
+
+/// A JSON-RPC error for a call the gateway refuses to read further.
+fn invalid_params(id: Option<&str>, message: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id.and_then(|i| serde_json::from_str::<Value>(i).ok()).unwrap_or(Value::Null),
+        "error": {"code": -32602, "message": message}
+    })
+}
+
+/// A tool result with `isError: true` (the call itself was well formed).
+fn tool_error(id: &str, text: String, version: Version) -> Value {
+    let mut result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+    if version == Version::Stateless {
+        result["resultType"] = json!("complete");
+    }
+    json!({
+        "jsonrpc": "2.0",
+        "id": serde_json::from_str::<Value>(id).unwrap_or(Value::Null),
+        "result": result
+    })
+}
+
+/// Applies the policy to one request.
+pub async fn gate(
+    app: &App,
+    token: &Audienced<AccessTokenRecord>,
+    person: &PersonFacts,
+    method: &Method,
+    body: &Bytes,
+    inbound: &Inbound,
+    context: ClientContext,
+) -> Result<Gate, GatewayError> {
+    let policy = app.policy();
+    if policy.is_empty() || *method != Method::POST {
+        return Ok(pass(None));
+    }
+    let t = token.get();
+    match inbound.method.as_deref() {
+        Some("tools/list") => {
+            return Ok(pass(inbound.id.clone().map(|id| ListFilter {
+                policy: Arc::clone(&policy),
+                user_id: t.user_id.clone(),
+                client_id: t.client_id.clone(),
+                person: person.clone(),
+                id,
+            })));
+        }
+        Some("tools/call") => {}
+        _ => return Ok(pass(None)),
+    }
+    let id = inbound.id.as_deref();
+    let local = |status, body| Ok(Gate::Answer(Forwarded::local(status, body, context)));
+    let params = inbound.params.as_ref();
+    let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+    let arguments = params.and_then(|p| p.get("arguments"));
+    let digest = tool_policy::arguments_digest(arguments);
+    let event = |tool: &str, d: &Decision, outcome: &'static str| AuditEvent::PolicyDecision {
+        user_id: t.user_id.clone(),
+        client_id: t.client_id.clone(),
+        tool: crate::gateway::jsonrpc::tool_for_audit(tool),
+        rule_id: d.rule_id.clone().unwrap_or_else(|| DEFAULTS_ID.to_owned()),
+        decision: d.action.as_str(),
+        outcome,
+        arguments_digest: digest.clone(),
+        matched: d.matched.clone(),
+    };
+    let refused = |tool: &str, outcome: &'static str| AuditEvent::PolicyDecision {
+        user_id: t.user_id.clone(),
+        client_id: t.client_id.clone(),
+        tool: crate::gateway::jsonrpc::tool_for_audit(tool),
+        rule_id: DEFAULTS_ID.to_owned(),
+        decision: "deny",
+        outcome,
+        arguments_digest: digest.clone(),
+        matched: Vec::new(),
+    };
+    // Write class of every `app.audit.record` below: not security state, an audit event (the
+    // refusal or the forwarded call changes nothing a later request reads); a refusal's event
+    // is durable before the answer, a forwarded call's is group committed.
+    if tool_policy::has_duplicate_keys(body) {
+        app.audit
+            .record(refused(name.unwrap_or_default(), "refused_duplicate_keys"))
+            .await?;
+        return local(
+            http::StatusCode::OK,
+            Some(invalid_params(
+                id,
+                "the request repeats a key in an object; this server reads no ambiguous JSON",
+            )),
+        );
+    }
+    let Some(name) = name.filter(|n| tool_policy::valid_tool_name(n)) else {
+        app.audit
+            .record(refused(name.unwrap_or_default(), "refused_tool_name"))
+            .await?;
+        return local(
+            http::StatusCode::OK,
+            Some(invalid_params(
+                id,
+                "tool names are 1 to 128 of the characters A-Z a-z 0-9 _ - .",
+            )),
+        );
+    };
+    let decision = policy.decide(
+        &caller(&t.user_id, &t.client_id, person),
+        &ToolCall { name, arguments },
+    );
+    let rule = decision
+        .rule_id
+        .clone()
+        .unwrap_or_else(|| DEFAULTS_ID.to_owned());
+    match &decision.action {
+        Action::Allow => {
+            app.audit.record(event(name, &decision, "forwarded")).await?;
+            Ok(pass(None))
+        }
+        Action::Deny => {
+            app.audit.record(event(name, &decision, "denied")).await?;
+            let Some(id) = id else {
+                return local(http::StatusCode::ACCEPTED, None);
+            };
+            local(
+                http::StatusCode::OK,
+                Some(tool_error(
+                    id,
+                    format!(
+                        "The tool {name} is not available: denied by policy rule \"{rule}\" of this server."
+                    ),
+                    context.version,
+                )),
+            )
+        }
+        Action::StepUp { scopes } => {
+            let missing = scopes.iter().any(|s| !t.scopes.iter().any(|h| h == s));
+            if !missing {
+                app.audit.record(event(name, &decision, "forwarded")).await?;
+                return Ok(pass(None));
+            }
+            app.audit
+                .record(event(name, &decision, "step_up_required"))
+                .await?;
+            // Everything the call needs: what the token has and what the rule adds.
+            let mut needed: Vec<String> = t.scopes.iter().map(str::to_owned).collect();
+            for s in scopes {
+                if !needed.contains(s) {
+                    needed.push(s.clone());
+                }
+            }
+            Err(GatewayError::InsufficientScope(needed.join(" ")))
+        }
+        Action::Ask { ttl_secs } => {
+            // Write class: security state (an approval used up). A replay of the call must
+            // find nothing; `use_approval` returns once the take is durable.
+            if approval::use_approval(app.store.as_ref(), For::token(token), name, &digest)
+                .await?
+                .is_some()
+            {
+                app.audit
+                    .record(event(name, &decision, "approval_used"))
+                    .await?;
+                return Ok(pass(None));
+            }
+            let answer =
+                ask(app, token, name, arguments, &digest, &rule, *ttl_secs, inbound, context)
+                    .await?;
+            // After the link exists: an investigation can follow the event to it.
+            app.audit
+                .record(event(name, &decision, "approval_requested"))
+                .await?;
+            Ok(answer)
+        }
+    }
+}
+
+/// Holds a call for its person's approval: the approval link, in the client's shape.
+#[allow(clippy::too_many_arguments)]
+async fn ask(
+    app: &App,
+    token: &Audienced<AccessTokenRecord>,
+    tool: &str,
+    arguments: Option<&Value>,
+    digest: &str,
+    rule: &str,
+    ttl_secs: u64,
+    inbound: &Inbound,
+    context: ClientContext,
+) -> Result<Gate, GatewayError> {
+    let t = token.get();
+    // Canonical JSON (serde_json's maps keep keys sorted): what the page shows is exactly what
+    // the digest covers.
+    let canonical = arguments
+        .filter(|a| !a.is_null())
+        .map_or_else(|| "{}".to_owned(), Value::to_string);
+    let Some(id) = inbound.id.as_deref() else {
+        // A notification cannot carry a link: not forwarded, nothing held.
+        return Ok(Gate::Answer(Forwarded::local(
+            http::StatusCode::ACCEPTED,
+            None,
+            context,
+        )));
+    };
+    if canonical.len() > MAX_ASK_ARGUMENTS_BYTES {
+        return Ok(Gate::Answer(Forwarded::local(
+            http::StatusCode::OK,
+            Some(tool_error(
+                id,
+                format!(
+                    "The call to {tool} needs a person's approval, but its arguments are too large to show them on the approval page (more than {MAX_ASK_ARGUMENTS_BYTES} bytes)."
+                ),
+                context.version,
+            )),
+            context,
+        )));
+    }
+    let now = app.clock.now();
+    // Write class: security state (an approval link). The person's request to open it
+    // depends on it; `approval::request` returns once it and its index are durable.
+    let link = approval::request(
+        app.store.as_ref(),
+        &app.keys.connect_link,
+        now,
+        For::token(token),
+        approval::Ask {
+            tool,
+            rule_id: rule,
+            arguments_digest: digest,
+            arguments: &canonical,
+            ttl_secs,
+        },
+    )
+    .await?;
+    let client: Option<ClientRecord> = app.clients.known(&t.client_id).await?;
+    let agent = client.map_or_else(|| "this agent".to_owned(), |c| c.display_name());
+    let url = app.config.public_url.join(&link.path);
+    let message = format!(
+        "A person must approve this call: open the link to review what {agent} wants {tool} to do, then try again."
+    );
+    let r = refusal::Refusal {
+        id,
+        link_id: &link.link_id,
+        url: &url,
+        message: &message,
+        input_key: refusal::APPROVAL_INPUT_KEY,
+    };
+    let state = (context.version == Version::Stateless && context.url_elicitation).then(|| {
+        request_state::mint(
+            &app.keys.request_state,
+            &t.user_id,
+            &t.client_id,
+            "tools/call",
+            &request_state::params_digest(inbound.params.as_ref()),
+            now,
+        )
+    });
+    Ok(Gate::Answer(Forwarded::local(
+        http::StatusCode::OK,
+        Some(refusal::tools_call(&r, context, state.as_deref())),
+        context,
+    )))
+}
