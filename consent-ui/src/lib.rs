@@ -277,6 +277,27 @@ pub struct AccountPage {
     pub disconnect_action: String,
     /// Each allowed row posts hidden `client_id` and `csrf` here, e.g. `/account/withdraw`.
     pub withdraw_action: String,
+    /// Tool calls waiting for the person's approval (`[[policy]] decision = "ask"`).
+    pub pending_approvals: Vec<ApprovalRow>,
+    /// The person's recent answers to approval links, newest first.
+    pub recent_approvals: Vec<ApprovalRow>,
+}
+
+/// One held tool call on the account page: waiting (with its link) or answered.
+#[derive(Debug, Clone)]
+pub struct ApprovalRow {
+    /// The agent's name; autoescaped.
+    pub agent_name: String,
+    /// The tool.
+    pub tool: String,
+    /// The rule that held it.
+    pub rule_id: String,
+    /// e.g. "asked 2 minutes ago" or "approved 1 hour ago".
+    pub when: String,
+    /// A waiting call's approval page, e.g. `/approve/<code>`.
+    pub link: Option<String>,
+    /// An answered call's answer: "Approved" or "Denied".
+    pub answer: Option<String>,
 }
 
 impl fmt::Debug for AccountPage {
@@ -477,6 +498,15 @@ mod tests {
             github_scopes: "read:user, repo".to_owned(),
             disconnect_action: "/account/disconnect".to_owned(),
             withdraw_action: "/account/withdraw".to_owned(),
+            pending_approvals: vec![ApprovalRow {
+                agent_name: "<b>Agent</b>".to_owned(),
+                tool: "create_issue".to_owned(),
+                rule_id: "writes".to_owned(),
+                when: "asked 1 minute ago".to_owned(),
+                link: Some("/approve/abc".to_owned()),
+                answer: None,
+            }],
+            recent_approvals: Vec::new(),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The three demo tools.
+//! The demo tools.
 //!
 //! * `whoami` and `list_repos` prove that the token the backend received is a working GitHub
 //!   token: they call `GET {github_api_url}/user` with it, exactly as a real GitHub-backed MCP
@@ -7,6 +7,10 @@
 //!   a connect-link refusal becomes [`Outcome::Refused`], for the transport to relay.
 //! * `slow_count` sends one progress notification every `delay_ms`, so tests (and people) can
 //!   watch events arrive one by one through the proxy and see a disconnect cancel the work.
+//! * `create_issue`, `create_branch` and `delete_repo` stand for the writes a tool policy
+//!   (`[[policy]]`) holds, denies or steps up: they check the token with `GET /user` like the
+//!   others, change nothing anywhere, and answer with the arguments they received (so a test
+//!   sees exactly what reached the backend).
 
 use std::time::Duration;
 
@@ -49,6 +53,41 @@ pub(crate) fn list() -> Value {
                 "title": "List my repositories",
                 "description": "Checks your GitHub token with GET /user, then lists three (made-up) repositories of yours.",
                 "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
+            },
+            {
+                "name": "create_issue",
+                "title": "Create an issue (demo)",
+                "description": "Pretends to open an issue in owner/repo and echoes what it received. Nothing is created.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "owner": {"type": "string"},
+                        "repo": {"type": "string"},
+                        "title": {"type": "string"},
+                        "body": {"type": "string"},
+                    },
+                    "required": ["owner", "repo", "title"],
+                },
+            },
+            {
+                "name": "create_branch",
+                "title": "Create a branch (demo)",
+                "description": "Pretends to create a branch in owner/repo and echoes what it received. Nothing is created.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"owner": {"type": "string"}, "repo": {"type": "string"}, "branch": {"type": "string"}},
+                    "required": ["owner", "repo", "branch"],
+                },
+            },
+            {
+                "name": "delete_repo",
+                "title": "Delete a repository (demo)",
+                "description": "Pretends to delete owner/repo and echoes what it received. Nothing is deleted.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"owner": {"type": "string"}, "repo": {"type": "string"}},
+                    "required": ["owner", "repo"],
+                },
             },
             {
                 "name": "slow_count",
@@ -119,6 +158,7 @@ pub(crate) async fn call(app: &AppState, token: &str, params: &Value) -> Outcome
     let github_tool = match name {
         "whoami" => Some(GitHubTool::WhoAmI),
         "list_repos" => Some(GitHubTool::ListRepos),
+        "create_issue" | "create_branch" | "delete_repo" => Some(GitHubTool::Write),
         _ => None,
     };
     if let Some(tool) = github_tool {
@@ -126,6 +166,12 @@ pub(crate) async fn call(app: &AppState, token: &str, params: &Value) -> Outcome
             Ok(t) => t,
             Err(outcome) => return outcome,
         };
+        if tool == GitHubTool::Write {
+            return Outcome::Result(match github_user(app, &github_token).await {
+                Ok((login, _)) => write_echo(name, &login, &args),
+                Err(text) => tool_error(&text),
+            });
+        }
         return Outcome::Result(call_github_tool(app, tool, &github_token).await);
     }
     match name {
@@ -158,6 +204,22 @@ async fn github_token(app: &AppState, received: &str) -> Result<String, Outcome>
 enum GitHubTool {
     WhoAmI,
     ListRepos,
+    /// `create_issue`, `create_branch`, `delete_repo`: echo what they received.
+    Write,
+}
+
+/// A demo write's answer: what it would have done, and the arguments exactly as received.
+fn write_echo(tool: &str, login: &str, args: &Value) -> Value {
+    let target = format!(
+        "{}/{}",
+        args.get("owner").and_then(Value::as_str).unwrap_or("?"),
+        args.get("repo").and_then(Value::as_str).unwrap_or("?")
+    );
+    json!({
+        "content": [{"type": "text", "text": format!("{tool} for {login} on {target} (demo: nothing was changed).")}],
+        "structuredContent": {"tool": tool, "login": login, "arguments": args},
+        "isError": false,
+    })
 }
 
 /// `whoami` or `list_repos` with a GitHub token.
@@ -175,6 +237,7 @@ async fn call_github_tool(app: &AppState, tool: GitHubTool, token: &str) -> Valu
             Ok((login, _)) => repos(&login),
             Err(text) => tool_error(&text),
         },
+        GitHubTool::Write => tool_error("a write needs its arguments"),
     }
 }
 

@@ -46,6 +46,7 @@ pub fn router(app: App, loopback_listener: bool) -> Router {
         .route("/admin/api/consents", get(consents_list))
         .route("/admin/api/consents/revoke", post(consent_revoke))
         .route("/admin/api/grants/revoke", post(grant_revoke))
+        .route("/admin/api/policy/decisions", get(policy_decisions))
         .route("/admin/api/audit/tail", get(audit_tail))
         .route("/admin/api/audit/verify", get(audit_verify))
         .route("/admin/api/audit/export", get(audit_export))
@@ -290,6 +291,35 @@ async fn audit_tail(
     let q: LimitQuery = query(q, "query may only be ?limit=<number>")?;
     let limit = q.limit.unwrap_or(DEFAULT_TAIL);
     Ok(json_ok(&flow::audit_tail(&app, &op, limit).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionsQuery {
+    limit: Option<usize>,
+    user: Option<String>,
+    client: Option<String>,
+}
+
+async fn policy_decisions(
+    State(app): State<App>,
+    Op(op): Op,
+    RawQuery(q): RawQuery,
+) -> Result<Response, AdminError> {
+    let q: DecisionsQuery = query(
+        q,
+        "query may only be ?limit=<number>&user=<user id>&client=<client id>",
+    )?;
+    Ok(json_ok(
+        &flow::policy_decisions(
+            &app,
+            &op,
+            q.limit.unwrap_or(DEFAULT_TAIL),
+            q.user.as_deref(),
+            q.client.as_deref(),
+        )
+        .await?,
+    ))
 }
 
 async fn audit_verify(State(app): State<App>, Op(op): Op) -> Result<Response, AdminError> {

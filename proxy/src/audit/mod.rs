@@ -923,6 +923,34 @@ impl Audit {
         Ok(out.split_off(skip))
     }
 
+    /// The newest `limit` stored events of these kinds that `keep` accepts, oldest first,
+    /// reading window by window from the newest (at most one window in memory beyond them).
+    pub async fn recent_of(
+        &self,
+        kinds: &[Kind],
+        limit: usize,
+        keep: impl Fn(&AuditRecord) -> bool,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        self.drain_upstream_actions().await;
+        let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+        let mut out: Vec<AuditRecord> = Vec::new();
+        for w in self.windows().rev() {
+            if out.len() >= limit {
+                break;
+            }
+            let mut older: Vec<AuditRecord> = self
+                .window(w)
+                .await?
+                .into_iter()
+                .filter(|r| names.contains(&r.kind.as_str()) && keep(r))
+                .collect();
+            older.append(&mut out);
+            out = older;
+        }
+        let skip = out.len().saturating_sub(limit);
+        Ok(out.split_off(skip))
+    }
+
     /// The windows (of [`WINDOW_SECS`]) that can hold retained events, oldest first.
     pub fn windows(&self) -> std::ops::RangeInclusive<u64> {
         let now = self.clock.now().0;

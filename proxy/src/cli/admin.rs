@@ -48,6 +48,26 @@ pub enum AdminCommand {
     /// The audit trail.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Tool policy (`[[policy]]`).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+/// `admin policy …`
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// The newest policy decisions and approval answers, one JSON object per line.
+    Decisions {
+        /// How many.
+        #[arg(short = 'n', default_value_t = 50)]
+        n: usize,
+        /// Only this person's (`github:<id>`).
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this client's.
+        #[arg(long)]
+        client: Option<String>,
+    },
 }
 
 /// `admin clients …`
@@ -120,7 +140,7 @@ pub enum AuditCommand {
 
 /// What to send.
 enum Call {
-    Get(Vec<String>, Option<(&'static str, String)>),
+    Get(Vec<String>, Vec<(&'static str, String)>),
     Delete(Vec<String>),
     Post(Vec<String>, Value),
 }
@@ -144,10 +164,10 @@ fn seg(parts: &[&str]) -> Vec<String> {
 fn plan(cmd: &AdminCommand) -> (Call, Print) {
     match cmd {
         AdminCommand::Clients(ClientsCommand::List) => {
-            (Call::Get(seg(&["clients"]), None), Print::Pretty)
+            (Call::Get(seg(&["clients"]), Vec::new()), Print::Pretty)
         }
         AdminCommand::Clients(ClientsCommand::Show { id }) => {
-            (Call::Get(seg(&["clients", id]), None), Print::Pretty)
+            (Call::Get(seg(&["clients", id]), Vec::new()), Print::Pretty)
         }
         AdminCommand::Clients(ClientsCommand::Delete { id }) => {
             (Call::Delete(seg(&["clients", id])), Print::Pretty)
@@ -157,7 +177,7 @@ fn plan(cmd: &AdminCommand) -> (Call, Print) {
             Print::Pretty,
         ),
         AdminCommand::Consents(ConsentsCommand::List { user }) => (
-            Call::Get(seg(&["consents"]), Some(("user", user.clone()))),
+            Call::Get(seg(&["consents"]), vec![("user", user.clone())]),
             Print::Pretty,
         ),
         AdminCommand::Consents(ConsentsCommand::Revoke { user, client }) => (
@@ -172,14 +192,20 @@ fn plan(cmd: &AdminCommand) -> (Call, Print) {
             Print::Pretty,
         ),
         AdminCommand::Audit(AuditCommand::Tail { n }) => (
-            Call::Get(seg(&["audit", "tail"]), Some(("limit", n.to_string()))),
+            Call::Get(seg(&["audit", "tail"]), vec![("limit", n.to_string())]),
             Print::Lines,
         ),
         AdminCommand::Audit(AuditCommand::Verify) => {
-            (Call::Get(seg(&["audit", "verify"]), None), Print::Verify)
+            (Call::Get(seg(&["audit", "verify"]), Vec::new()), Print::Verify)
+        }
+        AdminCommand::Policy(PolicyCommand::Decisions { n, user, client }) => {
+            let mut q = vec![("limit", n.to_string())];
+            q.extend(user.clone().map(|u| ("user", u)));
+            q.extend(client.clone().map(|c| ("client", c)));
+            (Call::Get(seg(&["policy", "decisions"]), q), Print::Lines)
         }
         AdminCommand::Audit(AuditCommand::Export) => {
-            (Call::Get(seg(&["audit", "export"]), None), Print::Raw)
+            (Call::Get(seg(&["audit", "export"]), Vec::new()), Print::Raw)
         }
     }
 }
@@ -306,7 +332,7 @@ async fn request(
     let req = match call {
         Call::Get(path, query) => {
             let mut url = endpoint(base, &path)?;
-            if let Some((k, v)) = query {
+            for (k, v) in query {
                 url.query_pairs_mut().append_pair(k, &v);
             }
             http.get(url)

@@ -2,11 +2,12 @@
 //! them (consents forgotten, that client's tokens dead at once). Without a session, the page
 //! starts a sign-in through GitHub that returns here.
 
-use consent_ui::{AccountPage, ConsentRow};
+use consent_ui::{AccountPage, ApprovalRow, ConsentRow};
 
 use super::{FlowError, pages, revoke};
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::bindings::connect_link::approval;
 use crate::bindings::{browser_state, consent_registry};
 use crate::clock::ago;
 use crate::crypto;
@@ -14,7 +15,8 @@ use crate::csrf;
 use crate::ids::ClientId;
 use crate::oauth::request::Params;
 use crate::session::{self, Session};
-use crate::store::records::{ClientRecord, FlowPurpose, ReturnTo};
+use crate::store::records::{ApprovalAnswer, ClientRecord, FlowPurpose, ReturnTo};
+use crate::store::tool_approvals;
 
 /// What `/account` answers.
 #[derive(Debug)]
@@ -105,6 +107,7 @@ pub async fn show(
     // The scopes GitHub reported for the stored token (checked against the consent when it
     // was stored): what every approved client's backend acts with.
     let grant = app.grants.get(&s.record().user_id).await?;
+    let (pending_approvals, recent_approvals) = approval_rows(app, &s, now).await?;
     Ok(AccountOutcome::Page(Box::new(AccountPage {
         login: s.record().login.as_str().to_owned(),
         consents: rows,
@@ -116,7 +119,54 @@ pub async fn show(
         github_scopes: grant.map(|g| g.scopes.join(", ")).unwrap_or_default(),
         disconnect_action: "/account/disconnect".to_owned(),
         withdraw_action: "/account/withdraw".to_owned(),
+        pending_approvals,
+        recent_approvals,
     })))
+}
+
+/// The person's held tool calls (with their approval pages) and recent answers.
+async fn approval_rows(
+    app: &App,
+    s: &Session,
+    now: crate::clock::UnixTime,
+) -> Result<(Vec<ApprovalRow>, Vec<ApprovalRow>), FlowError> {
+    let user = &s.record().user_id;
+    let mut names = std::collections::HashMap::new();
+    let mut name_of = async |client: &ClientId| -> Result<String, FlowError> {
+        if let Some(n) = names.get(client) {
+            return Ok(String::clone(n));
+        }
+        let c: Option<ClientRecord> = app.clients.known(client).await?;
+        let n = c.map_or_else(|| "Deleted client".to_owned(), |c| c.display_name());
+        names.insert(client.clone(), n.clone());
+        Ok(n)
+    };
+    let mut pending = Vec::new();
+    for open in tool_approvals::open_of_user(app.store.as_ref(), user).await? {
+        pending.push(ApprovalRow {
+            agent_name: name_of(&open.client_id).await?,
+            tool: open.tool,
+            rule_id: open.rule_id,
+            when: format!("asked {}", ago(now, open.created_at)),
+            link: Some(approval::path_of(&app.keys.connect_link, &open.link_id)),
+            answer: None,
+        });
+    }
+    let mut recent = Vec::new();
+    for h in tool_approvals::history(app.store.as_ref(), user).await? {
+        recent.push(ApprovalRow {
+            agent_name: name_of(&h.client_id).await?,
+            tool: h.tool,
+            rule_id: h.rule_id,
+            when: ago(now, h.at),
+            link: None,
+            answer: Some(match h.answer {
+                ApprovalAnswer::Approved => "Approved".to_owned(),
+                ApprovalAnswer::Denied => "Denied".to_owned(),
+            }),
+        });
+    }
+    Ok((pending, recent))
 }
 
 /// `POST /account/disconnect`: forgets the person's GitHub grant here, revokes it at GitHub

@@ -443,6 +443,32 @@ pub async fn audit_tail(
     Ok(app.audit.recent(limit.min(MAX_TAIL)).await?)
 }
 
+/// The newest `limit` policy decisions and approval answers, oldest first, of one person
+/// and/or one client if given.
+pub async fn policy_decisions(
+    app: &App,
+    _: &Operator,
+    limit: usize,
+    user: Option<&str>,
+    client: Option<&str>,
+) -> Result<Vec<crate::audit::AuditRecord>, AdminError> {
+    use crate::audit::Kind;
+    let field = |r: &crate::audit::AuditRecord, name: &str| -> Option<String> {
+        r.event.get(name).and_then(|v| v.as_str()).map(str::to_owned)
+    };
+    Ok(app
+        .audit
+        .recent_of(
+            &[Kind::PolicyDecision, Kind::ApprovalAnswered],
+            limit.min(MAX_TAIL),
+            |r| {
+                user.is_none_or(|u| field(r, "user_id").as_deref() == Some(u))
+                    && client.is_none_or(|c| field(r, "client_id").as_deref() == Some(c))
+            },
+        )
+        .await?)
+}
+
 /// Joins the stored trail (see `audit::verify`), reading it one page at a time: memory is
 /// bounded by one page plus what the verifier keeps, never the whole trail.
 pub async fn audit_verify(app: &App, _: &Operator) -> Result<VerifyReport, AdminError> {
