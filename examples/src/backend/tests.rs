@@ -360,7 +360,10 @@ async fn initialize_opens_a_session_and_tools_list_works() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["whoami", "list_repos", "slow_count"]);
+    assert_eq!(
+        names,
+        ["whoami", "list_repos", "create_issue", "create_branch", "delete_repo", "slow_count"]
+    );
     let slow = &list["result"]["tools"][2]["inputSchema"]["properties"];
     assert_eq!(slow["count"]["type"], "integer");
     assert_eq!(slow["delay_ms"]["maximum"], 5000);

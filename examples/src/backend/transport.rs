@@ -542,7 +542,7 @@ fn initialize(
             "protocolVersion": agreed,
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "mcp-oauth-proxy demo backend", "version": "0.1.0"},
-            "instructions": "Tools: whoami, list_repos, slow_count.",
+            "instructions": "Tools: whoami, list_repos, create_issue, create_branch, delete_repo, slow_count.",
         }),
     )
 }
@@ -586,7 +586,7 @@ async fn dispatch(
                 "supportedVersions": [STATELESS_VERSION],
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "mcp-oauth-proxy demo backend", "version": "0.1.0"},
-                "instructions": "Tools: whoami, list_repos, slow_count.",
+                "instructions": "Tools: whoami, list_repos, create_issue, create_branch, delete_repo, slow_count.",
                 "ttlMs": 0,
                 "cacheScope": "private",
             }),
