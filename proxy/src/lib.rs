@@ -32,6 +32,7 @@ pub mod shutdown;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod tool_policy;
 
 /// The allocator of every binary that links this crate (the proxy, the benchmark, the tests),
 /// so the benchmark measures what ships. mimalloc in secure mode (guard pages, encoded free

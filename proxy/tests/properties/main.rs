@@ -1,7 +1,8 @@
 //! Property tests for the proxy's security-critical parsers and bindings: request parsing,
 //! redirect URIs, registration metadata, the consent cookie, cookie reading, CSRF tokens,
-//! JSON-RPC inspection, `requestState`, PKCE, scopes and the RFC 8707 resource check. One test
-//! binary, a module per parser; the generators more than one module uses are in `generators`.
+//! JSON-RPC inspection, `requestState`, PKCE, scopes, the RFC 8707 resource check and the
+//! tool-call policy. One test binary, a module per parser; the generators more than one module
+//! uses are in `generators`.
 //!
 //! Each property is named after what it guarantees. Cases where a property found a real bug
 //! are kept at the end of their module as plain tests, with a comment saying what was wrong;
@@ -22,3 +23,4 @@ mod request;
 mod request_state;
 mod resource;
 mod scopes;
+mod tool_policy;

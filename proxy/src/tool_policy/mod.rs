@@ -1,0 +1,388 @@
+//! `[[policy]]` and `[policy_defaults]`: which tool calls go through, are refused, wait for the
+//! person's approval (`ask`) or need a broader token (`step_up`) — the pure rule engine, without
+//! I/O (issue 19). The gateway asks [`Policy::decide`] on every `tools/call` and
+//! [`Policy::hidden`] for every tool of a `tools/list` answer, after authentication and before
+//! anything reaches the backend.
+//!
+//! Matching, as docs/CONFIG.md states it:
+//! - Rules are tried in the order written; the **first** whose conditions all hold decides.
+//!   None: `[policy_defaults] decision`.
+//! - A rule holds when the tool name matches one of its `tools` globs, **every** `arguments`
+//!   condition holds, the caller is **one of** its `people` (when given) and the client is **one
+//!   of** its `clients` (when given).
+//! - Globs (tool names and argument values): `*` any run of characters, `?` one character (one
+//!   byte: non-ASCII text needs `*`), `[abc]`, `[a-z]`, `[!a]` classes, `{a,b}` alternatives,
+//!   `\` escapes the next character. `/` is an ordinary character. Matching is ASCII
+//!   case-insensitive (GitHub owners and repositories are, so `ACME` must not escape a rule on
+//!   `acme`) and nothing else is normalised: a Unicode look-alike is another string, which is
+//!   also what GitHub sees.
+//! - An `arguments` key is a top-level argument name (`owner`) or a JSON pointer (`/repo/name`,
+//!   RFC 6901, `~0` and `~1` escapes); `owner` and `/owner` are the same condition. A string
+//!   value matches against its glob; a number or boolean against its JSON text (`42`, `true`),
+//!   an integral number also as its integer text (`42.0` and `4.2e1` match `"42"`); null,
+//!   arrays, objects and missing keys never match, so the rule does not apply.
+//! - `people`: `login` (case-insensitive), `id:N` (GitHub's numeric user id), `org:X` and
+//!   `team:X/Y` (active memberships, as last checked: see `flows::admission`).
+//! - `clients`: client ids, exact.
+//!
+//! Two things the gateway refuses before the policy ever runs, so the matcher sees exactly what
+//! the backend would: a `tools/call` body with a repeated object key anywhere
+//! ([`has_duplicate_keys`]: serde_json keeps the last duplicate, other parsers the first) and a
+//! tool name outside MCP's `[A-Za-z0-9_.-]{1,128}` ([`valid_tool_name`]).
+
+mod canonical;
+mod rule;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ClientId, UserId};
+
+pub use canonical::{arguments_digest, has_duplicate_keys};
+use rule::{Rule, glob_covers};
+
+/// How long an `ask` approval stays usable when neither the rule nor `[policy_defaults]` says.
+pub const DEFAULT_ASK_TTL_SECS: u64 = 600;
+/// The bounds of `ask_ttl_secs`.
+pub const ASK_TTL_RANGE: std::ops::RangeInclusive<u64> = 30..=86_400;
+
+/// A decision as written in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawDecision {
+    /// Forward the call.
+    Allow,
+    /// Refuse the call.
+    Deny,
+    /// Ask the person in their browser first.
+    Ask,
+    /// Require a token with more scopes.
+    StepUp,
+}
+
+/// `[[policy]]` entry as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    id: String,
+    tools: Vec<String>,
+    /// Argument name or JSON pointer → glob on the value.
+    #[serde(default)]
+    arguments: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    people: Option<Vec<String>>,
+    #[serde(default)]
+    clients: Option<Vec<String>>,
+    decision: RawDecision,
+    ask_ttl_secs: Option<u64>,
+    scopes: Option<Vec<String>>,
+}
+
+/// `[policy_defaults]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDefaults {
+    /// `allow` or `deny`; `allow` when absent.
+    decision: Option<RawDecision>,
+    /// The `ask_ttl_secs` of `ask` rules that do not set their own.
+    ask_ttl_secs: Option<u64>,
+}
+
+/// What a decision tells the gateway to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Forward the call.
+    Allow,
+    /// Refuse it with a tool error naming the rule.
+    Deny,
+    /// Answer with an approval link; the approval stays usable for `ttl_secs`.
+    Ask {
+        /// Seconds an approval may be used for.
+        ttl_secs: u64,
+    },
+    /// Answer `insufficient_scope` for these scopes.
+    StepUp {
+        /// The scopes the token must carry.
+        scopes: Vec<String>,
+    },
+}
+
+impl Action {
+    /// `allow`, `deny`, `ask` or `step_up`, as in the config and the audit log.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Deny => "deny",
+            Action::Ask { .. } => "ask",
+            Action::StepUp { .. } => "step_up",
+        }
+    }
+}
+
+/// Who is calling: what the gateway knows after authentication, without asking GitHub.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    /// `github:<numeric id>`.
+    pub user_id: &'a UserId,
+    /// GitHub login as last seen.
+    pub login: Option<&'a str>,
+    /// Active memberships the policy asks about: `acme` for an org, `acme/platform` for a
+    /// team, lower-case.
+    pub memberships: &'a [String],
+    /// The MCP client the token was issued to.
+    pub client_id: &'a ClientId,
+}
+
+/// One `tools/call`.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCall<'a> {
+    /// `params.name`.
+    pub name: &'a str,
+    /// `params.arguments`.
+    pub arguments: Option<&'a serde_json::Value>,
+}
+
+/// The outcome of [`Policy::decide`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The rule that decided; `None` for `[policy_defaults]`.
+    pub rule_id: Option<String>,
+    /// What to do.
+    pub action: Action,
+    /// The conditions that matched, for the audit log (`tool:create_issue`, `argument:/owner`,
+    /// `people:team:acme/platform`, `client`): names and pointers, never argument values.
+    pub matched: Vec<String>,
+}
+
+/// An org or team membership some `people` rule depends on: what sign-in and the periodic
+/// recheck ask GitHub about, so a call never has to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MembershipQuestion {
+    /// Membership of an org (lower-case login).
+    Org(String),
+    /// Membership of a team (lower-case org login and slug).
+    Team {
+        /// Organisation login.
+        org: String,
+        /// Team slug.
+        slug: String,
+    },
+}
+
+impl MembershipQuestion {
+    /// The form [`Caller::memberships`] holds: `acme` or `acme/platform`.
+    pub fn key(&self) -> String {
+        match self {
+            MembershipQuestion::Org(org) => org.clone(),
+            MembershipQuestion::Team { org, slug } => format!("{org}/{slug}"),
+        }
+    }
+}
+
+/// What the admin API shows of one rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleSummary {
+    /// `id`.
+    pub id: String,
+    /// `decision`.
+    pub decision: &'static str,
+    /// `tools`, as written.
+    pub tools: Vec<String>,
+    /// The pointers of `arguments` (not the globs: they are config, but keep it short).
+    pub arguments: Vec<String>,
+    /// `people`, normalised.
+    pub people: Vec<String>,
+    /// `clients`.
+    pub clients: Vec<String>,
+    /// `ask_ttl_secs` of an `ask` rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ask_ttl_secs: Option<u64>,
+    /// `scopes` of a `step_up` rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
+}
+
+/// The active policy as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicySummary {
+    /// Rules in order.
+    pub rules: Vec<RuleSummary>,
+    /// `[policy_defaults] decision`.
+    pub default: &'static str,
+    /// [`Policy::describe`].
+    pub description: String,
+}
+
+/// The validated policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    rules: Vec<Rule>,
+    default: Action,
+}
+
+impl Default for Policy {
+    /// No rules, default allow: every call goes through, as before issue 19.
+    fn default() -> Self {
+        Policy {
+            rules: Vec::new(),
+            default: Action::Allow,
+        }
+    }
+}
+
+impl Policy {
+    /// Validates `[[policy]]` and `[policy_defaults]`, one readable line per problem in `errs`
+    /// (`policy[2] (id "x"): …`). On errors the returned policy holds the rules that were valid
+    /// and must not be used.
+    pub fn from_raw(rules: &[RawRule], defaults: &RawDefaults, errs: &mut Vec<String>) -> Policy {
+        let default_ttl = match defaults.ask_ttl_secs {
+            Some(s) if !ASK_TTL_RANGE.contains(&s) => {
+                errs.push(format!(
+                    "policy_defaults.ask_ttl_secs: must be {}..={}",
+                    ASK_TTL_RANGE.start(),
+                    ASK_TTL_RANGE.end()
+                ));
+                DEFAULT_ASK_TTL_SECS
+            }
+            Some(s) => s,
+            None => DEFAULT_ASK_TTL_SECS,
+        };
+        let default = match defaults.decision {
+            None | Some(RawDecision::Allow) => Action::Allow,
+            Some(RawDecision::Deny) => Action::Deny,
+            Some(RawDecision::Ask | RawDecision::StepUp) => {
+                errs.push(
+                    "policy_defaults.decision: must be \"allow\" or \"deny\" (ask and step_up \
+                     belong to rules that name their tools)"
+                        .to_owned(),
+                );
+                Action::Allow
+            }
+        };
+        let mut seen = BTreeSet::new();
+        let mut compiled = Vec::with_capacity(rules.len());
+        for (i, raw) in rules.iter().enumerate() {
+            let at = format!("policy[{i}] (id {:?})", raw.id);
+            if !raw.id.is_empty() && !seen.insert(raw.id.to_ascii_lowercase()) {
+                errs.push(format!("{at}: the id is used by an earlier rule"));
+            }
+            if let Some(rule) = Rule::from_raw(raw, default_ttl, &at, errs) {
+                compiled.push(rule);
+            }
+        }
+        Policy {
+            rules: compiled,
+            default,
+        }
+    }
+
+    /// What `check-config` prints besides errors: rules that can never decide anything.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (j, later) in self.rules.iter().enumerate() {
+            let at = format!("policy[{j}] (id {:?})", later.id);
+            if let Some((i, earlier)) = self.rules[..j].iter().enumerate().find(|(_, e)| {
+                !e.narrows()
+                    && later
+                        .tool_globs
+                        .iter()
+                        .all(|g| e.tool_globs.iter().any(|c| glob_covers(c, g)))
+            }) {
+                out.push(format!(
+                    "{at}: unreachable behind policy[{i}] (id {:?}), which matches all of its \
+                     tools with no arguments, people or clients condition",
+                    earlier.id
+                ));
+            }
+            for g in &later.tool_globs {
+                if !rule::glob_can_name_a_tool(g) {
+                    out.push(format!(
+                        "{at}: tools glob {g:?} has a character no tool name can have \
+                         ([A-Za-z0-9_.-]), so it never matches"
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// No rules and default allow: the gateway can skip all policy work.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.default == Action::Allow
+    }
+
+    /// The first rule whose conditions all hold, else `[policy_defaults]`.
+    pub fn decide(&self, who: &Caller<'_>, call: &ToolCall<'_>) -> Decision {
+        for rule in &self.rules {
+            if let Some(matched) = rule.matches(who, call) {
+                return Decision {
+                    rule_id: Some(rule.id.clone()),
+                    action: rule.action.clone(),
+                    matched,
+                };
+            }
+        }
+        Decision {
+            rule_id: None,
+            action: self.default.clone(),
+            matched: Vec::new(),
+        }
+    }
+
+    /// For `tools/list`: whether every call of `tool` by `who` is denied whatever its
+    /// arguments. A tool that some arguments would let through (or ask about) stays listed.
+    pub fn hidden(&self, who: &Caller<'_>, tool: &str) -> bool {
+        for rule in &self.rules {
+            if !rule.matches_without_arguments(who, tool) {
+                continue;
+            }
+            if rule.arguments.is_empty() {
+                return rule.action == Action::Deny;
+            }
+            if rule.action != Action::Deny {
+                // Some arguments reach this rule, and it does not deny them.
+                return false;
+            }
+            // A deny for some arguments: other arguments fall through to later rules.
+        }
+        self.default == Action::Deny
+    }
+
+    /// The orgs and teams `people` rules name, lower-case, each once.
+    pub fn questions(&self) -> Vec<MembershipQuestion> {
+        let set: BTreeSet<MembershipQuestion> = self
+            .rules
+            .iter()
+            .flat_map(|r| r.people.iter().filter_map(rule::Person::question))
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// A short summary for logs: `3 rules, default allow`.
+    pub fn describe(&self) -> String {
+        let n = self.rules.len();
+        format!(
+            "{n} rule{}, default {}",
+            if n == 1 { "" } else { "s" },
+            self.default.as_str()
+        )
+    }
+
+    /// The rules as the admin API shows them.
+    pub fn summary(&self) -> PolicySummary {
+        PolicySummary {
+            rules: self.rules.iter().map(Rule::summary).collect(),
+            default: self.default.as_str(),
+            description: self.describe(),
+        }
+    }
+}
+
+/// Tool names per MCP (SEP-986): 1 to 128 of `[A-Za-z0-9_.-]`. Anything else is refused before
+/// the policy runs, so a Unicode look-alike never reaches the matcher or the backend.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.bytes().all(rule::tool_name_byte)
+}
