@@ -76,6 +76,11 @@ mod replicas;
 /// Registration policy, rate limits and client IPs, reaping and dedupe, application_type.
 mod hygiene;
 
+/// `[[policy]]`: deny, step-up and "ask the person" on every tool call (issue 19).
+mod policy {
+    mod gate;
+}
+
 mod gateway {
     mod auth;
     mod hot_path;

@@ -468,6 +468,7 @@ export function recordingFetchInto(httpLog) {
                 }
                 if (rpc.method === 'tools/call') {
                     entry.tool = rpc.params?.name ?? null;
+                    entry.has_request_state = typeof rpc.params?.requestState === 'string';
                 }
             }
         }
@@ -484,6 +485,9 @@ export function recordingFetchInto(httpLog) {
             if (answer && !Array.isArray(answer) && answer.jsonrpc === '2.0' && answer.error) {
                 entry.rpc_error_code = answer.error.code ?? null;
             }
+            if (answer && !Array.isArray(answer) && answer.result?.resultType) {
+                entry.result_type = answer.result.resultType;
+            }
         }
         httpLog.push(entry);
         log(`sdk http: ${method} ${url.pathname}${entry.rpc_method ? ` ${entry.rpc_method}` : ''} → ${response.status}${entry.rpc_error_code ? ` (JSON-RPC error ${entry.rpc_error_code})` : ''}`);
@@ -496,5 +500,37 @@ function jsonOrNull(text) {
         return JSON.parse(text);
     } catch {
         return null;
+    }
+}
+
+/**
+ * The person's part of a held tool call (`[[policy]] decision = "ask"`), in Chromium: opens the
+ * approval link, checks that the page names the agent, the tool and the rule and shows the
+ * arguments, waits for the held buttons like a person would, clicks "Approve once", and checks
+ * the page after it says to go back to the agent from the same URL (no redirect). Returns what
+ * the page showed.
+ */
+export async function approveHeldCall(page, linkUrl, { clientName, tool, rule, shownArgument }) {
+    try {
+        const resp = await page.goto(linkUrl, { waitUntil: 'load' });
+        check(resp.status() === 200, `the approval page answered ${resp.status()}`);
+        check(page.url() === linkUrl, `the approval page stays at the link, at ${redact(page.url())}`);
+        const agentShown = (await page.locator('.client-name .name').innerText()).trim();
+        check(agentShown === clientName, `the page names the agent: ${JSON.stringify(agentShown)}`);
+        const text = await page.locator('body').innerText();
+        check(text.includes(tool), `the page names the tool ${tool}`);
+        check(text.includes(rule), `the page names the rule ${rule}`);
+        check(text.includes(shownArgument), `the page shows the argument ${JSON.stringify(shownArgument)}`);
+        const armedAfterMs = await waitForConsentButtons(page);
+        const label = (await page.locator(CONSENT_APPROVE).innerText()).trim();
+        check(label === 'Approve once', `the approve button says "Approve once", says ${JSON.stringify(label)}`);
+        await clickAndWait(page, CONSENT_APPROVE, 'the approval page', { sameUrl: true });
+        const doneText = (await page.locator('body').innerText()).trim();
+        check(doneText.includes('Go back to your agent'), `the page after approving says to go back: ${doneText}`);
+        check(page.url() === linkUrl, `no redirect after approving, at ${redact(page.url())}`);
+        return { agent_shown: agentShown, armed_after_ms: armedAfterMs, approve_label: label, done_text: doneText };
+    } catch (err) {
+        await logPageText(page, 'when approving the held call failed');
+        throw err;
     }
 }

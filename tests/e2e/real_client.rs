@@ -547,6 +547,67 @@ async fn typescript_sdk_v2_on_2026_07_28_completes_oauth_and_retries_after_a_con
     );
 }
 
+/// `[[policy]] decision = "ask"` with both official SDKs in Chromium: v1 (2025-11-25) gets
+/// `-32042` with the approval link and retries the same call; v2 (2026-07-28) gets
+/// `input_required` with a `requestState`, its elicitation handler approves, and the SDK retries
+/// by itself. The call reaches the backend once, after the approval; a changed argument is
+/// held again.
+#[tokio::test]
+async fn ask_rule_answers_with_an_approval_link_and_the_retry_succeeds_after_approval() {
+    if !prerequisites_present(
+        "ask_rule_answers_with_an_approval_link_and_the_retry_succeeds_after_approval",
+    ) {
+        return;
+    }
+    let proxy = TestProxy::start_with(Options {
+        backend: true,
+        extra_toml: r#"
+[[policy]]
+id = "writes-need-a-human"
+tools = ["create_*"]
+arguments = { owner = "acme" }
+decision = "ask"
+"#
+        .to_owned(),
+        ..Default::default()
+    })
+    .await;
+    let mcp_url = proxy.url("/mcp");
+    for sdk in ["v1", "v2"] {
+        let before = proxy.backend().requests().len();
+        let run = run_node(
+            "sdk_ask.mjs",
+            &["--mcp-url", &mcp_url, "--sdk", sdk, "--login", "alice"],
+        )
+        .await;
+        let r = run.assert_ok("sdk_ask.mjs");
+        let link = r["first"]["url"].as_str().unwrap();
+        assert!(link.starts_with(&proxy.url("/approve/")), "{sdk}: {link}");
+        assert_eq!(r["first"]["mode"], "url", "{sdk}");
+        if sdk == "v1" {
+            assert_eq!(r["first"]["code"], -32042);
+        } else {
+            let calls = r["after"]["calls"].as_array().unwrap();
+            assert_eq!(calls[0]["result_type"], "input_required", "{calls:?}");
+            assert_eq!(calls[1]["has_request_state"], true, "{calls:?}");
+        }
+        assert_eq!(r["approvals"][0]["approve_label"], "Approve once");
+        assert_eq!(r["after"]["arguments"]["title"], "Fix the build", "{sdk}");
+        assert_ne!(r["changed"]["url"], r["first"]["url"], "{sdk}");
+        // The backend got the call once, after the approval, and never the changed one.
+        let calls: Vec<Value> = proxy.backend().requests()[before..]
+            .iter()
+            .filter_map(|q| serde_json::from_str::<Value>(&q.body).ok())
+            .filter(|b| b["method"] == "tools/call")
+            .collect();
+        assert_eq!(calls.len(), 1, "{sdk}: {calls:?}");
+        assert_eq!(calls[0]["params"]["arguments"]["title"], "Fix the build");
+        assert!(calls[0]["params"].get("requestState").is_none());
+    }
+    let events = audit(&proxy).await;
+    assert_eq!(count_events(&events, "approval_answered"), 2, "{events:?}");
+}
+
 /// The consent page in a real browser: Chromium shows the untrusted name as text and the exact
 /// destination, stores the proxy's cookies with exactly the `__Host-` attributes (CSRF cookie on
 /// the page, flow cookie only after Approve, session after GitHub), refuses to render the page

@@ -176,6 +176,7 @@ async fn reject_token<T>(
 pub struct Authenticated {
     token: Audienced<AccessTokenRecord>,
     standing: Verdict,
+    person: crate::flows::admission::PersonFacts, // STUB-19
 }
 
 /// The checks of an `/mcp` request that need only its head, in order: origin, no token in
@@ -251,7 +252,7 @@ pub async fn authenticate(
         }
         Verdict::Unavailable => return Err(GatewayError::StandingUnverifiable),
     }
-    Ok(Authenticated { token, standing })
+    Ok(Authenticated { token, standing, person: Default::default() }) // STUB-19
 }
 
 /// Handles one `/mcp` request of an [`authenticate`]d caller: its session and request state,
