@@ -233,11 +233,3 @@ impl App {
         self.config.public_url.issuer()
     }
 }
-
-// STUB-19 (temporary, replaced by the policy helper's phase 2)
-impl App {
-    /// STUB
-    pub fn policy(&self) -> Arc<crate::tool_policy::Policy> {
-        Arc::new(crate::tool_policy::Policy::from_raw(&[], &Default::default(), &mut Vec::new()))
-    }
-}

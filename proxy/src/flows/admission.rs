@@ -274,13 +274,3 @@ async fn lose_access(app: &App, user: &UserId) -> Result<(), FlowError> {
     }
     Ok(())
 }
-
-// STUB-19
-/// STUB
-#[derive(Debug, Clone, Default)]
-pub struct PersonFacts {
-    /// STUB
-    pub login: Option<String>,
-    /// STUB
-    pub memberships: Vec<String>,
-}

@@ -176,7 +176,6 @@ async fn reject_token<T>(
 pub struct Authenticated {
     token: Audienced<AccessTokenRecord>,
     standing: Verdict,
-    person: crate::flows::admission::PersonFacts, // STUB-19
 }
 
 /// The checks of an `/mcp` request that need only its head, in order: origin, no token in
@@ -252,7 +251,7 @@ pub async fn authenticate(
         }
         Verdict::Unavailable => return Err(GatewayError::StandingUnverifiable),
     }
-    Ok(Authenticated { token, standing, person: Default::default() }) // STUB-19
+    Ok(Authenticated { token, standing })
 }
 
 /// Handles one `/mcp` request of an [`authenticate`]d caller: its session and request state,
