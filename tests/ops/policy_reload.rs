@@ -107,7 +107,7 @@ async fn bad_policy_on_sighup_keeps_the_current_one() {
     let path = dir.path().join("proxy.toml");
     std::fs::write(&path, config(port, admin_port, &store, NO_DELETES)).unwrap();
     let mut proxy = Process::start(&path);
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     proxy
         .wait_ready(&http, &format!("http://127.0.0.1:{admin_port}/healthz"))
         .await;
