@@ -48,6 +48,16 @@ pub enum AdminCommand {
     /// The audit trail.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// The tool-call policy (`[[policy]]`).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+/// `admin policy …`
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// The rules in force now (after the last valid SIGHUP reload).
+    Show,
 }
 
 /// `admin clients …`
@@ -180,6 +190,9 @@ fn plan(cmd: &AdminCommand) -> (Call, Print) {
         }
         AdminCommand::Audit(AuditCommand::Export) => {
             (Call::Get(seg(&["audit", "export"]), None), Print::Raw)
+        }
+        AdminCommand::Policy(PolicyCommand::Show) => {
+            (Call::Get(seg(&["policy"]), None), Print::Pretty)
         }
     }
 }
