@@ -27,6 +27,7 @@ use crate::oauth::scope::ScopeSet;
 use crate::secrets::Keys;
 use crate::session::SessionPolicy;
 use crate::store::SharedStore;
+use crate::tool_policy::{LivePolicy, Policy};
 
 /// What the application reads of the configuration, each part a type its subsystem owns and
 /// validated there (field names as in `Config`).
@@ -66,6 +67,9 @@ pub struct Settings {
     pub access: AccessPolicy,
     /// The admin API's bearer token; `None`: the admin API is off.
     pub admin_token: Option<Arc<AdminToken>>,
+    /// `[[policy]]` and `[policy_defaults]`, live: a SIGHUP may replace it (read it through
+    /// [`App::policy`] per call, never keep it).
+    pub policy: Arc<LivePolicy>,
 }
 
 impl Settings {
@@ -221,6 +225,17 @@ impl App {
             offered_scopes,
             drain: crate::shutdown::Drain::new(),
         })))
+    }
+
+    /// The tool-call policy in force now (one read lock and an `Arc` clone): what a
+    /// `tools/call` or `tools/list` is decided with, start to end.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.config.policy.current()
+    }
+
+    /// Puts a new tool-call policy in force (a SIGHUP with a valid configuration).
+    pub fn replace_policy(&self, policy: Policy) {
+        self.config.policy.replace(policy);
     }
 
     /// The canonical MCP resource URI.

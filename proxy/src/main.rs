@@ -134,7 +134,7 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match (cli.command, config) {
-            (Command::Serve { .. }, Some(config)) => run::serve(config).await,
+            (Command::Serve { config: path }, Some(config)) => run::serve(config, &path).await,
             (Command::StoreMigrate { .. }, Some(config)) => {
                 let clock: mcp_oauth_proxy::clock::SharedClock =
                     std::sync::Arc::new(mcp_oauth_proxy::clock::SystemClock);

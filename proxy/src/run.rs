@@ -3,12 +3,13 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::app::App;
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::Config;
+use crate::config::{Config, Env, ProcessEnv};
 use crate::secrets::Keys;
 use crate::store::StoreConfig;
 use crate::store::{PgStore, SharedStore, SledStore};
@@ -65,6 +66,17 @@ pub struct Prepared {
     tls: Option<TlsFiles>,
     shutdown_grace_secs: u64,
     http: crate::http::Settings,
+    /// The configuration file a SIGHUP re-reads (its `[[policy]]`); `None`: no reload.
+    config_file: Option<PathBuf>,
+}
+
+impl Prepared {
+    /// A SIGHUP re-reads `path` and, when the whole configuration in it is valid, puts its
+    /// tool-call policy in force ([`reload_config`]).
+    pub fn reload_from(mut self, path: &Path) -> Prepared {
+        self.config_file = Some(path.to_owned());
+        self
+    }
 }
 
 /// Opens the store and loads keys, and builds the application; binds nothing.
@@ -105,6 +117,7 @@ pub async fn prepare(config: Config, clock: SharedClock) -> Result<Prepared, Sta
         tls,
         shutdown_grace_secs,
         http,
+        config_file: None,
     })
 }
 
@@ -213,6 +226,7 @@ pub async fn serve_on(
         tls,
         shutdown_grace_secs,
         http,
+        config_file,
     } = prepared;
     let tls = tls.as_ref().map(crate::tls::Tls::new).transpose()?;
     let Listeners {
@@ -222,7 +236,15 @@ pub async fn serve_on(
     let addr = listener.local_addr().unwrap_or(listen);
     // Before serving: from here on a SIGHUP reloads instead of terminating the process.
     #[cfg(unix)]
-    let reloader = crate::shutdown::reload_on_sighup(tls.clone());
+    let reloader = crate::shutdown::reload_on_sighup(
+        tls.clone(),
+        config_file.map(|path| {
+            let app = app.clone();
+            let reload: crate::shutdown::OnHangup =
+                Arc::new(move || reload_config(&app, &path, &ProcessEnv));
+            reload
+        }),
+    );
     let sweeper = spawn_sweeper(&app);
     let refusals = spawn_refusal_writer(&app);
     let audit = app.audit.clone();
@@ -323,12 +345,48 @@ pub async fn serve_on(
     result.map_err(|error| StartError::Bind { addr, error })
 }
 
-/// `serve`: the production entry point.
-pub async fn serve(config: Config) -> Result<(), StartError> {
+/// SIGHUP: re-reads the configuration file and validates all of it, as at start. Valid: its
+/// `[[policy]]` and `[policy_defaults]` are put in force for every call decided from now on
+/// (calls already being decided finish with the old one). Invalid or unreadable: every problem
+/// is logged and the current policy stays. Never stops the process. The other sections are
+/// read only at start: changing them needs a restart.
+pub fn reload_config(app: &App, path: &Path, env: &dyn Env) {
+    match Config::load(path, env) {
+        Ok(config) => {
+            for w in config.policy.warnings() {
+                tracing::warn!("{w}");
+            }
+            let description = config.policy.describe();
+            app.replace_policy(config.policy);
+            tracing::info!(
+                policy = %description,
+                config = %path.display(),
+                "policy reloaded (other sections take effect only on a restart)"
+            );
+        }
+        Err(e) => {
+            for problem in &e.0 {
+                tracing::error!(config = %path.display(), "{problem}");
+            }
+            tracing::error!(
+                config = %path.display(),
+                errors = e.0.len(),
+                policy = %app.policy().describe(),
+                "configuration reload refused: the current policy stays"
+            );
+        }
+    }
+}
+
+/// `serve`: the production entry point; `path` is the configuration file a SIGHUP re-reads.
+pub async fn serve(config: Config, path: &Path) -> Result<(), StartError> {
     for w in config.warnings() {
         tracing::warn!("{w}");
     }
-    let prepared = prepare(config, Arc::new(SystemClock)).await?;
+    tracing::info!(policy = %config.policy.describe(), "tool-call policy");
+    let prepared = prepare(config, Arc::new(SystemClock))
+        .await?
+        .reload_from(path);
     let listeners = Listeners::bind(prepared.listen, prepared.admin_listen).await?;
     serve_on(listeners, prepared, shutdown_signal()).await
 }

@@ -4,7 +4,7 @@
 //! is written, so an SSE client sees a complete response and can resume with `Last-Event-ID`
 //! elsewhere — instead of a reset. Then (`run::serve_on`) the upstream-action audit events still
 //! waiting in the background group commit are made durable, and the store is flushed. SIGHUP
-//! reloads the TLS certificate.
+//! reloads the TLS certificate and (`run::reload_config`) the tool-call policy.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -116,15 +116,24 @@ pub async fn signal() {
     }
 }
 
-/// Reloads the certificate on every SIGHUP (logged and ignored without TLS). The handler is
-/// installed before this returns, so a SIGHUP after it no longer terminates the process.
+/// What a SIGHUP reloads besides the certificate: `run` passes the configuration file's
+/// re-read (blocking file reads; run off the async workers). It logs its own outcome.
+pub type OnHangup = Arc<dyn Fn() + Send + Sync>;
+
+/// On every SIGHUP: reloads the certificate (logged and skipped without TLS), then runs
+/// `also` (`run::reload_config`: the tool-call policy). Neither can stop the process. The
+/// handler is installed before this returns, so a SIGHUP after it no longer terminates the
+/// process.
 #[cfg(unix)]
-pub fn reload_on_sighup(tls: Option<Tls>) -> Option<tokio::task::JoinHandle<()>> {
+pub fn reload_on_sighup(
+    tls: Option<Tls>,
+    also: Option<OnHangup>,
+) -> Option<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = match signal(SignalKind::hangup()) {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; certificate reload is off");
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reload is off");
             return None;
         }
     };
@@ -136,7 +145,15 @@ pub fn reload_on_sighup(tls: Option<Tls>) -> Option<tokio::task::JoinHandle<()>>
                     // File reads: off the async workers. The outcome is logged by `reload`.
                     let _ = tokio::task::spawn_blocking(move || tls.reload()).await;
                 }
-                None => tracing::info!("SIGHUP ignored: no TLS certificate to reload"),
+                None if also.is_none() => {
+                    tracing::info!("SIGHUP ignored: no TLS certificate to reload")
+                }
+                None => {}
+            }
+            if let Some(also) = &also {
+                let also = also.clone();
+                // A panic in there is the task's, not this loop's: the next SIGHUP still runs.
+                let _ = tokio::task::spawn_blocking(move || also()).await;
             }
         }
     }))

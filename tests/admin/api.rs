@@ -107,6 +107,7 @@ async fn admin_api_without_or_with_a_wrong_token_is_refused_with_401_and_changes
         (reqwest::Method::GET, "/admin/api/audit/tail".into(), None),
         (reqwest::Method::GET, "/admin/api/audit/verify".into(), None),
         (reqwest::Method::GET, "/admin/api/audit/export".into(), None),
+        (reqwest::Method::GET, "/admin/api/policy".into(), None),
     ];
     let wrong = [
         None,
@@ -837,4 +838,42 @@ async fn bearer_scheme_is_case_insensitive_but_the_token_is_not() {
         401
     );
     assert_eq!(get(format!("Basic {ADMIN_TOKEN}")).await, 401);
+}
+
+/// `GET /admin/api/policy`: the tool-call policy in force, as it changes (a SIGHUP reload
+/// replaces it the same way, `ops::policy_reload`).
+#[tokio::test]
+async fn policy_shows_the_rules_in_force() {
+    let proxy = TestProxy::start_with(Options {
+        extra_toml: format!(
+            "{}\n[[policy]]\nid = \"no-deletes\"\ntools = [\"delete_*\"]\ndecision = \"deny\"\n\
+             [[policy]]\nid = \"branches\"\ntools = [\"create_branch\"]\nclients = [\"mcpc_x\"]\n\
+             decision = \"step_up\"\nscopes = [\"repo\"]\n",
+            admin_toml()
+        ),
+        ..Options::default()
+    })
+    .await;
+    let admin = Admin::start(&proxy).await;
+    let (status, p) = admin.get("/admin/api/policy").await;
+    assert_eq!(status, 200, "{p}");
+    assert_eq!(
+        p,
+        json!({
+            "rules": [
+                {"id": "no-deletes", "decision": "deny", "tools": ["delete_*"],
+                 "arguments": [], "people": [], "clients": []},
+                {"id": "branches", "decision": "step_up", "tools": ["create_branch"],
+                 "arguments": [], "people": [], "clients": ["mcpc_x"], "scopes": ["repo"]},
+            ],
+            "default": "allow",
+            "description": "2 rules, default allow",
+        })
+    );
+    proxy
+        .app
+        .replace_policy(mcp_oauth_proxy::tool_policy::Policy::default());
+    let (_, p) = admin.get("/admin/api/policy").await;
+    assert_eq!(p["rules"], json!([]));
+    assert_eq!(p["description"], "0 rules, default allow");
 }

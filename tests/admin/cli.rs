@@ -251,3 +251,26 @@ async fn cli_refuses_plain_http_to_a_non_loopback_admin_url() {
     assert!(r.stdout.is_empty());
     assert_eq!(proxy.count(Keyspace::Clients).await, before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_policy_show_prints_the_rules_in_force() {
+    let (proxy, admin) = proxy_with_admin().await;
+    let r = ok(&admin, &["policy", "show"]).await;
+    assert_eq!(r.json()["description"], "0 rules, default allow");
+    let rules: Vec<mcp_oauth_proxy::tool_policy::RawRule> = serde_json::from_value(
+        serde_json::json!([{"id": "no-deletes", "tools": ["delete_*"], "decision": "deny"}]),
+    )
+    .unwrap();
+    let mut errs = Vec::new();
+    proxy
+        .app
+        .replace_policy(mcp_oauth_proxy::tool_policy::Policy::from_raw(
+            &rules,
+            &Default::default(),
+            &mut errs,
+        ));
+    assert!(errs.is_empty());
+    let r = ok(&admin, &["policy", "show"]).await;
+    assert_eq!(r.json()["rules"][0]["id"], "no-deletes");
+    assert_eq!(r.json()["rules"][0]["decision"], "deny");
+}

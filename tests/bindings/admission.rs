@@ -370,3 +370,95 @@ async fn trusted_redirect_host_has_no_warning() {
     let p = page(other).await;
     assert!(p.body.contains("new to this server"), "{}", p.body);
 }
+
+/// The tool-call policy's `people` rules on orgs and teams: the person's login and active
+/// memberships among those the policy names are asked at sign-in and at each recheck — here
+/// with `[access]` open — and stored with the standing; a tool call never asks GitHub. A
+/// policy that names an org not yet asked about (a SIGHUP reload) makes the next request ask.
+#[tokio::test]
+async fn policy_memberships_are_asked_at_sign_in_and_recheck_never_on_the_call() {
+    use mcp_oauth_proxy::flows::admission::{Verdict, standing};
+    use mcp_oauth_proxy::ids::UserId;
+    use mcp_oauth_proxy::tool_policy::{Policy, RawDefaults, RawRule};
+
+    let policy = |people: serde_json::Value| {
+        let rules: Vec<RawRule> = serde_json::from_value(json!([{
+            "id": "platform", "tools": ["*"], "people": people, "decision": "allow"
+        }]))
+        .unwrap();
+        let mut errs = Vec::new();
+        let p = Policy::from_raw(&rules, &RawDefaults::default(), &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+        p
+    };
+    let proxy = TestProxy::start_with(Options {
+        // [access] open; only how often standing is asked again.
+        access: "recheck_secs = 5".to_owned(),
+        extra_toml: "[[policy]]\nid = \"platform\"\ntools = [\"*\"]\n\
+                     people = [\"team:ACME/platform\", \"org:elsewhere\"]\ndecision = \"allow\"\n"
+            .to_owned(),
+        backend: true,
+        ..Options::default()
+    })
+    .await;
+    let membership_questions = || {
+        proxy
+            .github
+            .requests()
+            .iter()
+            .filter(|r| r.path().contains("/memberships/"))
+            .count()
+    };
+    let bob = Person::with_agent(&proxy, "bob", "Agent", "2026-07-28").await;
+    let bob_id = UserId::github(1003);
+    let (verdict, facts) = standing(&proxy.app, &bob_id).await.unwrap();
+    assert_eq!(verdict, Verdict::Admitted);
+    assert_eq!(facts.login.as_deref(), Some("bob"));
+    assert_eq!(facts.memberships, ["acme/platform"]);
+    let asked = membership_questions();
+    assert_eq!(asked, 2, "both questions, once, at sign-in");
+
+    // Calls within recheck_secs ask GitHub nothing, and a change is not seen yet.
+    assert!(proxy.github.remove_team_member("acme", "platform", "bob"));
+    for _ in 0..3 {
+        let (status, body) = bob.mcp.call_tool("whoami", json!({})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(membership_questions(), asked);
+    assert_eq!(
+        standing(&proxy.app, &bob_id).await.unwrap().1.memberships,
+        ["acme/platform"]
+    );
+
+    // The next recheck sees it.
+    proxy.clock.advance(5);
+    let (status, body) = bob.mcp.call_tool("whoami", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let (verdict, facts) = standing(&proxy.app, &bob_id).await.unwrap();
+    assert_eq!(verdict, Verdict::Admitted);
+    assert!(facts.memberships.is_empty(), "{facts:?}");
+    assert_eq!(membership_questions(), asked + 2);
+
+    // A new policy naming the org: asked at the next request (a second later), not at the
+    // next recheck.
+    proxy.app.replace_policy(policy(json!(["org:acme"])));
+    proxy.clock.advance(1);
+    let (_, facts) = standing(&proxy.app, &bob_id).await.unwrap();
+    assert_eq!(
+        facts.memberships,
+        ["acme"],
+        "bob is a private member of acme"
+    );
+    assert_eq!(membership_questions(), asked + 3);
+    // And not again until recheck_secs.
+    let (_, facts) = standing(&proxy.app, &bob_id).await.unwrap();
+    assert_eq!(facts.memberships, ["acme"]);
+    assert_eq!(membership_questions(), asked + 3);
+
+    // Someone outside both: signs in (access is open), no memberships.
+    Person::with_agent(&proxy, "mallory", "Agent", "2025-11-25").await;
+    let (verdict, facts) = standing(&proxy.app, &UserId::github(1002)).await.unwrap();
+    assert_eq!(verdict, Verdict::Admitted);
+    assert_eq!(facts.login.as_deref(), Some("mallory"));
+    assert!(facts.memberships.is_empty());
+}

@@ -50,6 +50,7 @@ pub fn router(app: App, loopback_listener: bool) -> Router {
         .route("/admin/api/audit/tail", get(audit_tail))
         .route("/admin/api/audit/verify", get(audit_verify))
         .route("/admin/api/audit/export", get(audit_export))
+        .route("/admin/api/policy", get(policy_show))
         .fallback(|| async { AdminError::NotFound("route") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::map_response(framework_rejections_as_json))
@@ -324,6 +325,10 @@ async fn policy_decisions(
 
 async fn audit_verify(State(app): State<App>, Op(op): Op) -> Result<Response, AdminError> {
     Ok(json_ok(&flow::audit_verify(&app, &op).await?))
+}
+
+async fn policy_show(State(app): State<App>, Op(op): Op) -> Response {
+    json_ok(&flow::policy(&app, &op))
 }
 
 async fn audit_export(State(app): State<App>, Op(op): Op) -> Result<Response, AdminError> {

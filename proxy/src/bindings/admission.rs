@@ -34,7 +34,7 @@ pub const DEFAULT_RECHECK_SECS: u64 = 300;
 pub const DEFAULT_UNREACHABLE_GRACE_SECS: u64 = 900;
 /// Scopes that let a token read private org and team memberships (`read:org` or a scope that
 /// implies it).
-const ORG_READING_SCOPES: [&str; 3] = ["read:org", "write:org", "admin:org"];
+pub const ORG_READING_SCOPES: [&str; 3] = ["read:org", "write:org", "admin:org"];
 
 /// `[access]` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -598,11 +598,7 @@ mod tests {
             &["read:org"],
         );
         assert_eq!(recheck(&p, None, UnixTime(1000)), Recheck::Due);
-        let c = StandingCheck {
-            standing: Standing::Admitted,
-            checked_at: UnixTime(1000),
-            verified_at: UnixTime(1000),
-        };
+        let c = StandingCheck::new(Standing::Admitted, UnixTime(1000), UnixTime(1000));
         assert_eq!(
             recheck(&p, Some(&c), UnixTime(1299)),
             Recheck::Current(Standing::Admitted)
@@ -616,11 +612,7 @@ mod tests {
             "github_orgs = [\"acme\"]\nunreachable_grace_secs = 600",
             &["read:org"],
         );
-        let c = StandingCheck {
-            standing: Standing::Admitted,
-            checked_at: UnixTime(1500),
-            verified_at: UnixTime(1000),
-        };
+        let c = StandingCheck::new(Standing::Admitted, UnixTime(1500), UnixTime(1000));
         assert_eq!(
             stands_while_unreachable(&p, Some(&c), UnixTime(1600)),
             Some(Standing::Admitted)

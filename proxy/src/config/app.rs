@@ -26,6 +26,7 @@ impl From<Config> for Settings {
             rate_limits: c.rate_limits,
             access: c.access,
             admin_token: c.admin.token,
+            policy: std::sync::Arc::new(crate::tool_policy::LivePolicy::new(c.policy)),
         }
     }
 }

@@ -78,6 +78,11 @@ struct RawConfig {
     access: crate::bindings::admission::RawAccess,
     /// Owned by `telemetry`, which checks its keys.
     telemetry: Option<toml::Table>,
+    /// `[[policy]]`: owned and validated by `tool_policy`.
+    #[serde(default)]
+    policy: Vec<crate::tool_policy::RawRule>,
+    #[serde(default)]
+    policy_defaults: crate::tool_policy::RawDefaults,
 }
 
 // ---- validated shape ------------------------------------------------------------------------
@@ -137,6 +142,9 @@ pub struct Config {
     pub access: crate::bindings::admission::AccessPolicy,
     /// `[telemetry]`: where traces are exported; `None`: off.
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
+    /// `[[policy]]` and `[policy_defaults]`: what each tool call may do. The only part a
+    /// SIGHUP reloads (`run::reload_config`).
+    pub policy: crate::tool_policy::Policy,
 }
 
 /// Default size of sled's page cache, MiB (the store's; re-exported for the bench).
@@ -181,6 +189,7 @@ impl Config {
                 .unwrap_or_default(),
             e,
         );
+        let policy = policy(&raw, e);
         let telemetry = crate::telemetry::TelemetryConfig::from_section(raw.telemetry, e);
 
         match (server.public_url, server.listen, github, store) {
@@ -199,6 +208,7 @@ impl Config {
                     admin,
                     access,
                     telemetry,
+                    policy,
                     connect,
                     allowed_origins,
                     backend,
@@ -228,7 +238,9 @@ impl Config {
     /// What an operator must hear about a valid configuration (`check-config` prints these,
     /// `serve` logs them at start), e.g. that every GitHub account is admitted.
     pub fn warnings(&self) -> Vec<String> {
-        self.access.warnings()
+        let mut w = self.access.warnings();
+        w.extend(self.policy.warnings());
+        w
     }
 
     /// The GitHub callback URL registered at GitHub.
@@ -278,6 +290,42 @@ fn backend(raw: &RawConfig, env: &dyn Env, errs: &mut Vec<String>) -> Option<Bac
         ));
     }
     backend
+}
+
+/// `[[policy]]` and `[policy_defaults]`, and across sections: `step_up` scopes must be ones
+/// GitHub is asked for (a client can never obtain any other), and `people` rules on orgs or
+/// teams need a GitHub token that can read private memberships — without one GitHub refuses
+/// the membership question and no sign-in could be decided, as for `[access]`.
+fn policy(raw: &RawConfig, errs: &mut Vec<String>) -> crate::tool_policy::Policy {
+    let policy = crate::tool_policy::Policy::from_raw(&raw.policy, &raw.policy_defaults, errs);
+    let Some(g) = &raw.github else {
+        return policy;
+    };
+    let offered = g.scopes();
+    for (i, rule) in policy.summary().rules.iter().enumerate() {
+        for s in rule.scopes.iter().flatten() {
+            if !offered.contains(s) {
+                errs.push(format!(
+                    "policy[{i}] (id {:?}): scopes: {s:?} is not one of github.scopes (a \
+                     client could never get a token with it)",
+                    rule.id
+                ));
+            }
+        }
+    }
+    if !policy.questions().is_empty()
+        && !offered
+            .iter()
+            .any(|s| crate::bindings::admission::ORG_READING_SCOPES.contains(&s.as_str()))
+    {
+        errs.push(
+            "policy: people rules on org: or team: need \"read:org\" in [github] scopes \
+             (GitHub refuses membership questions from a token without it, so no sign-in \
+             could be decided)"
+                .to_owned(),
+        );
+    }
+    policy
 }
 
 #[cfg(test)]
@@ -478,6 +526,60 @@ code_ttl_secs = 5
             !format!("{c:?}").contains("db.example"),
             "the URL (it may hold a password) is not printed"
         );
+    }
+
+    #[test]
+    fn policy_is_validated_with_the_rest_and_checked_against_github_scopes() {
+        let ok = format!(
+            "{MINIMAL}\n[[policy]]\nid = \"all\"\ntools = [\"*\"]\ndecision = \"allow\"\n\
+             [[policy]]\nid = \"never\"\ntools = [\"delete_*\"]\ndecision = \"deny\"\n"
+        );
+        let c = Config::from_toml(&ok, &HashMap::new()).unwrap();
+        assert_eq!(c.policy.describe(), "2 rules, default allow");
+        assert!(
+            c.warnings()
+                .iter()
+                .any(|w| w.contains("policy[1] (id \"never\"): unreachable behind policy[0]")),
+            "{:?}",
+            c.warnings()
+        );
+        for (policy, want) in [
+            (
+                "[[policy]]\nid = \"x\"\ntools = [\"a\"]\ndecision = \"step_up\"\nscopes = [\"repo\"]",
+                "policy[0] (id \"x\"): scopes: \"repo\" is not one of github.scopes",
+            ),
+            (
+                "[[policy]]\nid = \"x\"\ntools = [\"a\"]\npeople = [\"team:acme/ops\"]\ndecision = \"deny\"",
+                "people rules on org: or team: need \"read:org\"",
+            ),
+            (
+                "[[policy]]\nid = \"x\"\ntools = [\"[\"]\ndecision = \"deny\"",
+                "bad glob",
+            ),
+            (
+                "[policy_defaults]\ndecision = \"ask\"",
+                "policy_defaults.decision",
+            ),
+            (
+                "[[policy]]\nid = \"x\"\ntools = [\"a\"]\ndecision = \"deny\"\nextra = 1",
+                "unknown field",
+            ),
+        ] {
+            let e = Config::from_toml(&format!("{MINIMAL}\n{policy}\n"), &HashMap::new())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{policy}\n→ {e}");
+        }
+        // With the scopes the rules need, the same rules pass.
+        let scoped = MINIMAL.replace(
+            "client_secret = \"s3cret\"",
+            "client_secret = \"s3cret\"\nscopes = [\"read:user\", \"repo\", \"read:org\"]",
+        );
+        let text = format!(
+            "{scoped}\n[[policy]]\nid = \"x\"\ntools = [\"a\"]\ndecision = \"step_up\"\nscopes = [\"repo\"]\n\
+             [[policy]]\nid = \"y\"\ntools = [\"b\"]\npeople = [\"team:acme/ops\"]\ndecision = \"deny\"\n"
+        );
+        Config::from_toml(&text, &HashMap::new()).unwrap();
     }
 
     #[test]

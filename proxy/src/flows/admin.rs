@@ -434,6 +434,12 @@ pub async fn revoke_grant(app: &App, _: &Operator, user: &UserId) -> Result<Revo
     })
 }
 
+/// The tool-call policy in force now (the one the last valid SIGHUP reload or the start put
+/// in force): rule ids, decisions, tool globs, argument pointers, people and clients.
+pub fn policy(app: &App, _: &Operator) -> crate::tool_policy::PolicySummary {
+    app.policy().summary()
+}
+
 /// The newest `limit` audit records, oldest first.
 pub async fn audit_tail(
     app: &App,

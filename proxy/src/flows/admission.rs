@@ -8,18 +8,26 @@
 //! GitHub grant are revoked (`access_lost`); token no longer honoured → the grant is marked
 //! broken, so the next tool call gets a reconnect link; GitHub unreachable → the last answer
 //! stands for `unreachable_grace_secs`, then requests are refused as temporarily unavailable.
+//!
+//! The same answers carry what the tool-call policy (`[[policy]]` `people`) needs to know of
+//! the person ([`PersonFacts`]): their login, and their active memberships among the orgs and
+//! teams the policy names — asked at sign-in and at each recheck even when `[access]` is open,
+//! stored with the standing, so a `tools/call` never waits for GitHub. A membership change
+//! is therefore seen at the next recheck; a reloaded policy that names an org or team not yet
+//! asked about makes the person's next request recheck.
 
 use super::{FlowError, NotAdmitted};
 use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::bindings::admission::{
-    self, Admitted, Decision, Identity, Question, Recheck, Refusal, Standing, StandingCheck,
+    self, Admitted, Decision, Identity, Question, Recheck, Refusal, Standing, StandingCheck, Team,
 };
 use crate::github::client::{GitHubError, GitHubUser};
 use crate::github::grants::{GitHubRevocation, GrantError};
 use crate::ids::{GitHubToken, UserId};
 use crate::store::records::GrantRecord;
 use crate::store::standing;
+use crate::tool_policy::MembershipQuestion;
 
 /// A person's standing right now, as the callers of [`standing`] act on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +40,86 @@ pub enum Verdict {
     Lost,
     /// GitHub could not be asked for longer than the configured grace: refuse for now.
     Unavailable,
+}
+
+/// What the tool-call policy knows of a person, as of their last standing check.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PersonFacts {
+    /// GitHub login (`None`: not known yet, e.g. a record from before the policy).
+    pub login: Option<String>,
+    /// Active memberships among those the policy asks about: `acme`, `acme/platform`.
+    pub memberships: Vec<String>,
+}
+
+impl PersonFacts {
+    fn of(check: Option<&StandingCheck>) -> PersonFacts {
+        check.map_or_else(PersonFacts::default, |c| PersonFacts {
+            login: c.login.clone(),
+            memberships: c.memberships.clone(),
+        })
+    }
+}
+
+/// What the tool-call policy asks of a person: its membership questions, and whether it
+/// needs their login.
+struct Needs {
+    questions: Vec<MembershipQuestion>,
+    /// The questions in the stored form (`acme`, `acme/platform`).
+    asked: Vec<String>,
+    login: bool,
+}
+
+impl Needs {
+    fn of(app: &App) -> Needs {
+        let policy = app.policy();
+        let questions = policy.questions();
+        Needs {
+            asked: questions.iter().map(MembershipQuestion::key).collect(),
+            questions,
+            login: policy.names_logins(),
+        }
+    }
+
+    /// Whether the last check, answered and from an earlier second, predates what the policy
+    /// now needs (a question it never asked, a login it does not hold). Then the standing is
+    /// asked again now rather than at the next `recheck_secs`: at most once a second, and
+    /// never after a failed attempt, so an outage is not answered with a storm of calls.
+    fn outdated(&self, last: &StandingCheck, now: crate::clock::UnixTime) -> bool {
+        last.verified_at >= last.checked_at
+            && now.since(last.checked_at) >= 1
+            && ((self.login && last.login.is_none())
+                || self.asked.iter().any(|q| !last.asked.contains(q)))
+    }
+}
+
+/// Asks GitHub the tool-call policy's membership questions with `token`, reusing what the
+/// admission questions already answered; the active ones. An org's SSO wall counts as not a
+/// member (the person sees the SSO link only where admission needs it).
+async fn policy_memberships(
+    app: &App,
+    token: &GitHubToken,
+    login: &str,
+    questions: &[MembershipQuestion],
+    answered: &[(Question, admission::Membership)],
+) -> Result<Vec<String>, GitHubError> {
+    let mut active = Vec::new();
+    for q in questions {
+        let asked = match q {
+            MembershipQuestion::Org(org) => Question::Org(org.clone()),
+            MembershipQuestion::Team { org, slug } => Question::Team(Team {
+                org: org.clone(),
+                slug: slug.clone(),
+            }),
+        };
+        let admits = match answered.iter().find(|(a, _)| *a == asked) {
+            Some((_, m)) => m.admits(),
+            None => app.github.membership(token, &asked, login).await?.admits(),
+        };
+        if admits {
+            active.push(q.key());
+        }
+    }
+    Ok(active)
 }
 
 /// Asks GitHub the policy's questions with `token`, stopping at the first that admits.
@@ -86,11 +174,25 @@ pub async fn at_sign_in(
     let user = UserId::github(gh.id);
     match admission::decide(&app.config.access, who, &answers) {
         Decision::Admitted(a) => {
+            let needs = Needs::of(app);
+            let memberships =
+                match policy_memberships(app, token, &gh.login, &needs.questions, &answers).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        // As for admission: a sign-in whose facts could not be had keeps
+                        // nothing.
+                        app.github.delete_token(token).await;
+                        return Err(FlowError::GitHub(e));
+                    }
+                };
             let now = app.clock.now();
             let check = StandingCheck {
                 standing: Standing::Admitted,
                 checked_at: now,
                 verified_at: now,
+                login: Some(gh.login.clone()),
+                memberships,
+                asked: needs.asked,
             };
             standing::put(app.store.as_ref(), &user, &check).await?;
             Ok(a)
@@ -139,14 +241,20 @@ pub async fn at_sign_in(
 }
 
 /// The person's standing now, asking GitHub again when it is due; acts on what it learns.
-pub async fn standing(app: &App, user: &UserId) -> Result<Verdict, FlowError> {
+/// With it, what the tool-call policy knows of them as of the answer it stands on.
+pub async fn standing(app: &App, user: &UserId) -> Result<(Verdict, PersonFacts), FlowError> {
     let now = app.clock.now();
     let policy = &app.config.access;
+    let needs = Needs::of(app);
     let last = standing::get(app.store.as_ref(), user).await?;
     match admission::recheck(policy, last.as_ref(), now) {
-        Recheck::Current(s) => return Ok(verdict(s)),
-        Recheck::Unverifiable => return Ok(Verdict::Unavailable),
-        Recheck::Due => {}
+        Recheck::Current(s) if !last.as_ref().is_some_and(|c| needs.outdated(c, now)) => {
+            return Ok((verdict(s), PersonFacts::of(last.as_ref())));
+        }
+        Recheck::Unverifiable => {
+            return Ok((Verdict::Unavailable, PersonFacts::of(last.as_ref())));
+        }
+        Recheck::Current(_) | Recheck::Due => {}
     }
     let grant = app.grants.get(user).await?;
     let Some(grant) = grant.filter(|g| !g.broken) else {
@@ -158,29 +266,49 @@ pub async fn standing(app: &App, user: &UserId) -> Result<Verdict, FlowError> {
         // or commit before the request goes on. Later requests read it to skip asking GitHub
         // until `recheck_secs`; lost, they would only ask again (and the unreachable grace
         // would count from an older answer), so it never admits more than GitHub said.
-        let standing = last.map_or(Standing::Admitted, |c| c.standing);
+        // The policy's facts stay as last known (without a token no tool call reaches the
+        // backend); the questions count as asked, so they are not re-tried on every request.
+        let standing = last.as_ref().map_or(Standing::Admitted, |c| c.standing);
         let check = StandingCheck {
             standing,
             checked_at: now,
-            verified_at: last.map_or(now, |c| c.verified_at.max(c.checked_at)),
+            verified_at: last
+                .as_ref()
+                .map_or(now, |c| c.verified_at.max(c.checked_at)),
+            asked: needs.asked.clone(),
+            ..last
+                .clone()
+                .unwrap_or_else(|| StandingCheck::new(standing, now, now))
         };
         standing::put(app.store.as_ref(), user, &check).await?;
-        return Ok(verdict(standing));
+        return Ok((verdict(standing), PersonFacts::of(Some(&check))));
     };
-    match ask_github(app, user, &grant).await {
+    match ask_github(app, user, &grant, &needs.questions).await {
         Ok(answer) => {
             let check = StandingCheck {
                 standing: match answer {
-                    Answer::Admitted => Standing::Admitted,
+                    Answer::Admitted(_) => Standing::Admitted,
                     Answer::TokenBroken | Answer::Lost => Standing::TokenBroken,
                 },
                 checked_at: now,
                 verified_at: now,
+                login: Some(grant.login.as_str().to_owned()),
+                memberships: match &answer {
+                    Answer::Admitted(m) => m.clone(),
+                    // No token to ask with: the memberships last known.
+                    Answer::TokenBroken | Answer::Lost => {
+                        PersonFacts::of(last.as_ref()).memberships
+                    }
+                },
+                asked: match &answer {
+                    Answer::Admitted(_) => needs.asked,
+                    _ => last.as_ref().map(|c| c.asked.clone()).unwrap_or_default(),
+                },
             };
             match answer {
-                Answer::Admitted => {
+                Answer::Admitted(_) => {
                     standing::put(app.store.as_ref(), user, &check).await?;
-                    Ok(Verdict::Admitted)
+                    Ok((Verdict::Admitted, PersonFacts::of(Some(&check))))
                 }
                 Answer::TokenBroken => {
                     // Security state (grant marked broken): the next `tools/call` gets a
@@ -189,29 +317,34 @@ pub async fn standing(app: &App, user: &UserId) -> Result<Verdict, FlowError> {
                         .mark_broken(user, "GitHub no longer honours the token (standing check)")
                         .await?;
                     standing::put(app.store.as_ref(), user, &check).await?;
-                    Ok(Verdict::TokenBroken)
+                    Ok((Verdict::TokenBroken, PersonFacts::of(Some(&check))))
                 }
                 Answer::Lost => {
                     // Security state (revocations): every token of the person is refused by
                     // the next request on any replica; each write durable before this returns.
                     lose_access(app, user).await?;
-                    Ok(Verdict::Lost)
+                    Ok((Verdict::Lost, PersonFacts::default()))
                 }
             }
         }
         Err(e) => {
             tracing::warn!(error = %e, "GitHub could not confirm a person's standing");
             let check = StandingCheck {
-                standing: last.map_or(Standing::Admitted, |c| c.standing),
+                standing: last.as_ref().map_or(Standing::Admitted, |c| c.standing),
                 checked_at: now,
                 // `verified_at` 0 when there never was an answer: nothing to stand on.
-                verified_at: last.map_or(crate::clock::UnixTime(0), |c| c.verified_at),
+                verified_at: last
+                    .as_ref()
+                    .map_or(crate::clock::UnixTime(0), |c| c.verified_at),
+                // The facts of the last answer stand with it.
+                ..last.clone().unwrap_or_else(|| {
+                    StandingCheck::new(Standing::Admitted, now, crate::clock::UnixTime(0))
+                })
             };
             standing::put(app.store.as_ref(), user, &check).await?;
-            Ok(
-                admission::stands_while_unreachable(policy, Some(&check), now)
-                    .map_or(Verdict::Unavailable, verdict),
-            )
+            let verdict = admission::stands_while_unreachable(policy, Some(&check), now)
+                .map_or(Verdict::Unavailable, verdict);
+            Ok((verdict, PersonFacts::of(Some(&check))))
         }
     }
 }
@@ -225,12 +358,18 @@ fn verdict(s: Standing) -> Verdict {
 
 /// What GitHub said about a person with a stored grant.
 enum Answer {
-    Admitted,
+    /// With their active memberships among the tool-call policy's questions.
+    Admitted(Vec<String>),
     TokenBroken,
     Lost,
 }
 
-async fn ask_github(app: &App, user: &UserId, grant: &GrantRecord) -> Result<Answer, GitHubError> {
+async fn ask_github(
+    app: &App,
+    user: &UserId,
+    grant: &GrantRecord,
+    questions: &[MembershipQuestion],
+) -> Result<Answer, GitHubError> {
     let token = match app.grants.token_from(user, grant).await {
         Ok(t) => t,
         Err(GrantError::Broken | GrantError::Missing) => return Ok(Answer::TokenBroken),
@@ -250,7 +389,13 @@ async fn ask_github(app: &App, user: &UserId, grant: &GrantRecord) -> Result<Ans
         Err(e) => return Err(e),
     };
     Ok(match admission::decide(&app.config.access, who, &answers) {
-        Decision::Admitted(_) => Answer::Admitted,
+        Decision::Admitted(_) => {
+            match policy_memberships(app, &token, who.login, questions, &answers).await {
+                Ok(m) => Answer::Admitted(m),
+                Err(GitHubError::Unauthorized) => Answer::TokenBroken,
+                Err(e) => return Err(e),
+            }
+        }
         // The org now hides the membership behind SSO: reconnecting shows the SSO link.
         Decision::Refused(Refusal::SsoRequired { .. }) => Answer::TokenBroken,
         Decision::Refused(Refusal::Outside { .. }) => Answer::Lost,

@@ -137,7 +137,7 @@ pub async fn authorize(
         let usable = app.grants.status(fresh.user_id()).await? == GrantStatus::Usable
             // Asked again of GitHub when due; anything but admitted goes through the page and
             // a sign-in, where admission is decided afresh.
-            && super::admission::standing(app, fresh.user_id()).await?
+            && super::admission::standing(app, fresh.user_id()).await?.0
                 == super::admission::Verdict::Admitted;
         if usable {
             // The consent is looked up for the session's own person and carries that session.

@@ -186,7 +186,7 @@ pub async fn exchange(
         Err(ended) => return refuse_ended(app, ended).await,
     }
     // The person's standing (`[access]`), asked again when it is due.
-    match super::admission::standing(app, &rec.user_id).await? {
+    match super::admission::standing(app, &rec.user_id).await?.0 {
         Verdict::Admitted | Verdict::TokenBroken => {}
         Verdict::Lost => {
             app.audit

@@ -22,7 +22,7 @@ use crate::bindings::connect_link;
 use crate::bindings::session_binding::{self, SessionChecked};
 use crate::bindings::upstream_auth::BackendCredential;
 use crate::flows::access::{self, TokenRejection};
-use crate::flows::admission::{self, Verdict};
+use crate::flows::admission::{self, PersonFacts, Verdict};
 use crate::flows::github_access::{self, Access};
 use crate::ids::BackendToken;
 use crate::store::StoreError;
@@ -160,7 +160,11 @@ async fn reject_token<T>(
 /// // Private fields: the witness cannot be built outside its module.
 /// fn forge(token: mcp_oauth_proxy::bindings::audience::Audienced<
 ///     mcp_oauth_proxy::store::records::AccessTokenRecord>) -> Authenticated {
-///     Authenticated { token, standing: mcp_oauth_proxy::flows::admission::Verdict::Admitted }
+///     Authenticated {
+///         token,
+///         standing: mcp_oauth_proxy::flows::admission::Verdict::Admitted,
+///         person: mcp_oauth_proxy::flows::admission::PersonFacts::default(),
+///     }
 /// }
 /// ```
 ///
@@ -176,6 +180,16 @@ async fn reject_token<T>(
 pub struct Authenticated {
     token: Audienced<AccessTokenRecord>,
     standing: Verdict,
+    /// What the tool-call policy knows of the person (login, memberships), as of the standing.
+    person: PersonFacts,
+}
+
+impl Authenticated {
+    /// The person's login and memberships for `[[policy]]` `people` rules: stored with their
+    /// standing, never asked of GitHub on the call.
+    pub fn person(&self) -> &PersonFacts {
+        &self.person
+    }
 }
 
 /// The checks of an `/mcp` request that need only its head, in order: origin, no token in
@@ -236,7 +250,7 @@ pub async fn authenticate(
     }
 
     // The person's standing with GitHub (`[access]`), asked again at most every recheck_secs.
-    let standing = admission::standing(app, &token.get().user_id)
+    let (standing, person) = admission::standing(app, &token.get().user_id)
         .await
         .map_err(flow_err)?;
     match standing {
@@ -251,7 +265,11 @@ pub async fn authenticate(
         }
         Verdict::Unavailable => return Err(GatewayError::StandingUnverifiable),
     }
-    Ok(Authenticated { token, standing })
+    Ok(Authenticated {
+        token,
+        standing,
+        person,
+    })
 }
 
 /// Handles one `/mcp` request of an [`authenticate`]d caller: its session and request state,

@@ -549,8 +549,9 @@ pub enum Standing {
     TokenBroken,
 }
 
-/// When standing was last asked and answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// When standing was last asked and answered, and what the tool-call policy needs to know of
+/// the person as of that answer (so a `tools/call` never asks GitHub).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StandingCheck {
     /// The answer.
     pub standing: Standing,
@@ -558,6 +559,31 @@ pub struct StandingCheck {
     pub checked_at: UnixTime,
     /// When GitHub last answered.
     pub verified_at: UnixTime,
+    /// Their GitHub login as of the last answer (`people = ["login"]`). `None` in records
+    /// from before the policy existed.
+    #[serde(default)]
+    pub login: Option<String>,
+    /// Their active memberships among those asked (`acme`, `acme/platform`, lower-case).
+    #[serde(default)]
+    pub memberships: Vec<String>,
+    /// The membership questions (same form) `memberships` answers; a policy that asks more
+    /// makes the next request check again (`flows::admission::standing`).
+    #[serde(default)]
+    pub asked: Vec<String>,
+}
+
+impl StandingCheck {
+    /// A check that learnt nothing for the tool-call policy.
+    pub fn new(standing: Standing, checked_at: UnixTime, verified_at: UnixTime) -> StandingCheck {
+        StandingCheck {
+            standing,
+            checked_at,
+            verified_at,
+            login: None,
+            memberships: Vec::new(),
+            asked: Vec::new(),
+        }
+    }
 }
 
 /// Records from before `redirect_uri_explicit` existed: the strict reading.

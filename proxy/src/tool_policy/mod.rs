@@ -361,6 +361,13 @@ impl Policy {
         set.into_iter().collect()
     }
 
+    /// Whether some `people` rule names a login (which the gateway then needs to know).
+    pub fn names_logins(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.people.iter().any(|p| matches!(p, rule::Person::Login(_))))
+    }
+
     /// A short summary for logs: `3 rules, default allow`.
     pub fn describe(&self) -> String {
         let n = self.rules.len();
@@ -377,6 +384,38 @@ impl Policy {
             rules: self.rules.iter().map(Rule::summary).collect(),
             default: self.default.as_str(),
             description: self.describe(),
+        }
+    }
+}
+
+/// The policy in force, swapped whole when SIGHUP brings a valid new one
+/// (`run::reload_config`). A read per `tools/call` is an uncontended read lock and an `Arc`
+/// clone; the lock is never held beyond that, so never across an `.await`.
+#[derive(Debug, Default)]
+pub struct LivePolicy(std::sync::RwLock<std::sync::Arc<Policy>>);
+
+impl LivePolicy {
+    /// Starts with `policy`.
+    pub fn new(policy: Policy) -> LivePolicy {
+        LivePolicy(std::sync::RwLock::new(std::sync::Arc::new(policy)))
+    }
+
+    /// The policy now. A call decided with it keeps it to the end, even across a reload.
+    pub fn current(&self) -> std::sync::Arc<Policy> {
+        // A writer that panicked mid-swap cannot have left a half-made policy: the swap is one
+        // assignment of a whole `Arc`.
+        match self.0.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Puts `policy` in force for every call decided from now on.
+    pub fn replace(&self, policy: Policy) {
+        let new = std::sync::Arc::new(policy);
+        match self.0.write() {
+            Ok(mut p) => *p = new,
+            Err(poisoned) => *poisoned.into_inner() = new,
         }
     }
 }

@@ -244,7 +244,7 @@ fn open_replay(app: &App, family: &FamilyId, sealed: &str) -> Result<RefreshToke
 /// Refuses a refresh for a person who no longer belongs (their tokens were just revoked) or
 /// whose standing GitHub has not confirmed for longer than `[access]` allows.
 async fn refresh_standing(app: &App, user: &UserId) -> Result<(), FlowError> {
-    match crate::flows::admission::standing(app, user).await? {
+    match crate::flows::admission::standing(app, user).await?.0 {
         Verdict::Admitted | Verdict::TokenBroken => Ok(()),
         Verdict::Lost => Err(INVALID_GRANT.into()),
         Verdict::Unavailable => Err(OAuthError::new(
