@@ -48,11 +48,7 @@ pub enum AdminCommand {
     /// The audit trail.
     #[command(subcommand)]
     Audit(AuditCommand),
-<<<<<<< HEAD
-    /// Tool policy (`[[policy]]`).
-=======
     /// The tool-call policy (`[[policy]]`).
->>>>>>> policy
     #[command(subcommand)]
     Policy(PolicyCommand),
 }
@@ -60,7 +56,6 @@ pub enum AdminCommand {
 /// `admin policy …`
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
-<<<<<<< HEAD
     /// The newest policy decisions and approval answers, one JSON object per line.
     Decisions {
         /// How many.
@@ -73,10 +68,8 @@ pub enum PolicyCommand {
         #[arg(long)]
         client: Option<String>,
     },
-=======
     /// The rules in force now (after the last valid SIGHUP reload).
     Show,
->>>>>>> policy
 }
 
 /// `admin clients …`
@@ -217,7 +210,7 @@ fn plan(cmd: &AdminCommand) -> (Call, Print) {
             (Call::Get(seg(&["audit", "export"]), Vec::new()), Print::Raw)
         }
         AdminCommand::Policy(PolicyCommand::Show) => {
-            (Call::Get(seg(&["policy"]), None), Print::Pretty)
+            (Call::Get(seg(&["policy"]), Vec::new()), Print::Pretty)
         }
     }
 }
