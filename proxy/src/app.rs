@@ -233,6 +233,22 @@ impl App {
         self.config.policy.current()
     }
 
+    /// The tool permissions clients may ask for besides `[github] scopes`: the `step_up`
+    /// scopes of the policy in force that are not GitHub scopes (they add no GitHub access).
+    pub fn tool_permissions(&self) -> ScopeSet {
+        ScopeSet::from_list(
+            self.policy()
+                .step_up_scopes()
+                .into_iter()
+                .filter(|s| !self.offered_scopes.contains(s)),
+        )
+    }
+
+    /// Every scope a client may ask for: `[github] scopes` and the tool permissions.
+    pub fn supported_scopes(&self) -> ScopeSet {
+        self.offered_scopes.union(&self.tool_permissions())
+    }
+
     /// Puts a new tool-call policy in force (a SIGHUP with a valid configuration).
     pub fn replace_policy(&self, policy: Policy) {
         self.config.policy.replace(policy);

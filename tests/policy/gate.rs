@@ -20,13 +20,13 @@ id = "writes-need-a-human"
 tools = ["create_issue"]
 arguments = { owner = "acme" }
 decision = "ask"
-ask_ttl_secs = 600
+ask_ttl_secs = 1800
 
 [[policy]]
-id = "branches-need-repo"
+id = "branches-need-a-permission"
 tools = ["create_branch"]
 decision = "step_up"
-scopes = ["repo"]
+scopes = ["tools:branches"]
 
 [alerts]
 policy_denial_threshold = 3
@@ -418,9 +418,9 @@ async fn step_up_rule_returns_insufficient_scope_and_a_reauthorization_with_the_
         challenge.contains("error=\"insufficient_scope\""),
         "{challenge}"
     );
-    assert!(challenge.contains("repo"), "{challenge}");
+    assert!(challenge.contains("tools:branches"), "{challenge}");
     assert!(
-        challenge.contains("read:user"),
+        challenge.contains("read:user") && challenge.contains("repo"),
         "what the token has stays: {challenge}"
     );
     assert!(
@@ -453,7 +453,11 @@ async fn step_up_rule_returns_insufficient_scope_and_a_reauthorization_with_the_
         )
         .await;
     assert_eq!(page.status, 200, "{}", page.body);
-    assert!(page.body.contains("repo"), "the consent page names the extra access");
+    assert!(
+        page.body.contains("tools:branches") && page.body.contains("adds no GitHub access"),
+        "the consent page names the extra permission: {}",
+        page.body
+    );
     let gh = crate::support::client::approve(&proxy, &alice.browser, &page).await;
     let back = alice.browser.through_github(&gh, "alice").await;
     let cb = alice
@@ -463,7 +467,7 @@ async fn step_up_rule_returns_insufficient_scope_and_a_reauthorization_with_the_
     let code = query_param(&cb.location().unwrap(), "code").unwrap();
     let t = alice.client.redeem(&proxy, &code, &pkce, &[]).await;
     assert_eq!(t.status, 200, "{:?}", t.json);
-    assert!(t.json["scope"].as_str().unwrap().contains("repo"));
+    assert!(t.json["scope"].as_str().unwrap().contains("tools:branches"));
     let mut stepped = Mcp::with_token(&proxy, t.json["access_token"].as_str().unwrap());
     stepped.version = "2026-07-28";
     let (status, msg) = stepped.call_tool("create_branch", args).await;

@@ -51,6 +51,25 @@ fn implied(scope: &str) -> &'static [&'static str] {
     }
 }
 
+/// GitHub's OAuth app scopes ("Scopes for OAuth apps"), so a tool permission can never be
+/// mistaken for one.
+const GITHUB_SCOPES: &[&str] = &[
+    "repo", "repo:status", "repo_deployment", "public_repo", "repo:invite", "security_events",
+    "admin:repo_hook", "write:repo_hook", "read:repo_hook", "admin:org", "write:org", "read:org",
+    "admin:public_key", "write:public_key", "read:public_key", "admin:org_hook", "gist",
+    "notifications", "user", "read:user", "user:email", "user:follow", "project",
+    "read:project", "delete_repo", "write:packages", "read:packages", "delete:packages",
+    "admin:gpg_key", "write:gpg_key", "read:gpg_key", "codespace", "workflow",
+    "admin:enterprise", "manage_runners:enterprise", "manage_billing:enterprise",
+    "read:enterprise", "audit_log", "read:audit_log", "copilot", "manage_billing:copilot",
+    "admin:ssh_signing_key", "write:ssh_signing_key", "read:ssh_signing_key",
+];
+
+/// Whether `scope` is one of GitHub's OAuth scopes.
+pub fn is_github_scope(scope: &str) -> bool {
+    GITHUB_SCOPES.contains(&scope)
+}
+
 /// Whether `scope` is within `consented`: named there, or implied by a scope named there.
 fn covered(consented: &ScopeSet, scope: &str) -> bool {
     consented
@@ -64,22 +83,31 @@ pub fn consent_set(configured: &ScopeSet) -> ScopeSet {
 }
 
 /// The scopes an authorization request gets. Every scope it names must be one of the
-/// configured `[github] scopes` (otherwise `invalid_scope`); what it gets is the whole set,
-/// whatever subset it named (see the module docs).
+/// configured `[github] scopes` or one of the tool permissions `permissions` (the `step_up`
+/// scopes of `[[policy]]` that are not GitHub scopes; otherwise `invalid_scope`). What it gets
+/// is the whole GitHub set, whatever subset it named (see the module docs), plus the tool
+/// permissions it named. A tool permission adds no GitHub access: it only lets the gateway
+/// forward the calls a `step_up` rule holds back, so it can be per client and still true.
 pub fn for_authorization(
     param: Option<&str>,
     configured: &ScopeSet,
+    permissions: &ScopeSet,
 ) -> Result<ScopeSet, OAuthError> {
+    let mut granted = consent_set(configured);
     if let Some(s) = param {
         let asked = ScopeSet::parse(s)?;
-        if !configured.covers(&asked) {
-            return Err(OAuthError::new(
-                ErrorCode::InvalidScope,
-                "a requested scope is not one of this server's GitHub scopes",
-            ));
+        for scope in asked.iter() {
+            if permissions.contains(scope) {
+                granted.insert(scope);
+            } else if !configured.contains(scope) {
+                return Err(OAuthError::new(
+                    ErrorCode::InvalidScope,
+                    "a requested scope is not one of this server's GitHub scopes or tool permissions",
+                ));
+            }
         }
     }
-    Ok(consent_set(configured))
+    Ok(granted)
 }
 
 /// The scopes a refreshed access token gets: a `scope` beyond the family's is
@@ -187,12 +215,12 @@ mod tests {
     fn a_subset_request_consents_to_the_whole_configured_set() {
         let configured = set("read:user repo");
         assert_eq!(
-            for_authorization(Some("read:user"), &configured).unwrap(),
+            for_authorization(Some("read:user"), &configured, &ScopeSet::default()).unwrap(),
             configured
         );
-        assert_eq!(for_authorization(None, &configured).unwrap(), configured);
+        assert_eq!(for_authorization(None, &configured, &ScopeSet::default()).unwrap(), configured);
         assert_eq!(
-            for_authorization(Some(""), &configured).unwrap(),
+            for_authorization(Some(""), &configured, &ScopeSet::default()).unwrap(),
             configured
         );
     }
@@ -201,10 +229,10 @@ mod tests {
     fn scope_outside_the_configured_set_is_invalid_scope() {
         let configured = set("read:user repo");
         for asked in ["admin:org", "read:user delete_repo", "public_repo"] {
-            let e = for_authorization(Some(asked), &configured).unwrap_err();
+            let e = for_authorization(Some(asked), &configured, &ScopeSet::default()).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidScope, "{asked}");
         }
-        let e = for_authorization(Some("a\"b"), &configured).unwrap_err();
+        let e = for_authorization(Some("a\"b"), &configured, &ScopeSet::default()).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidScope);
     }
 

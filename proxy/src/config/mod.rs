@@ -292,10 +292,12 @@ fn backend(raw: &RawConfig, env: &dyn Env, errs: &mut Vec<String>) -> Option<Bac
     backend
 }
 
-/// `[[policy]]` and `[policy_defaults]`, and across sections: `step_up` scopes must be ones
-/// GitHub is asked for (a client can never obtain any other), and `people` rules on orgs or
-/// teams need a GitHub token that can read private memberships — without one GitHub refuses
-/// the membership question and no sign-in could be decided, as for `[access]`.
+/// `[[policy]]` and `[policy_defaults]`, and across sections: a `step_up` scope is either one
+/// of `[github] scopes` (every new token carries it: the rule refuses only tokens from before
+/// it was configured) or a tool permission of this server, which must not be named like a
+/// GitHub scope (the consent page would show it as GitHub access it is not); and `people`
+/// rules on orgs or teams need a GitHub token that can read private memberships — without one
+/// GitHub refuses the membership question and no sign-in could be decided, as for `[access]`.
 fn policy(raw: &RawConfig, errs: &mut Vec<String>) -> crate::tool_policy::Policy {
     let policy = crate::tool_policy::Policy::from_raw(&raw.policy, &raw.policy_defaults, errs);
     let Some(g) = &raw.github else {
@@ -304,10 +306,11 @@ fn policy(raw: &RawConfig, errs: &mut Vec<String>) -> crate::tool_policy::Policy
     let offered = g.scopes();
     for (i, rule) in policy.summary().rules.iter().enumerate() {
         for s in rule.scopes.iter().flatten() {
-            if !offered.contains(s) {
+            if !offered.contains(s) && crate::bindings::consent_scope::is_github_scope(s) {
                 errs.push(format!(
-                    "policy[{i}] (id {:?}): scopes: {s:?} is not one of github.scopes (a \
-                     client could never get a token with it)",
+                    "policy[{i}] (id {:?}): scopes: {s:?} is a GitHub scope but not one of \
+                     github.scopes: add it there (every new token then carries it), or name a \
+                     tool permission of this server instead (e.g. \"tools:write\")",
                     rule.id
                 ));
             }
@@ -546,7 +549,7 @@ code_ttl_secs = 5
         for (policy, want) in [
             (
                 "[[policy]]\nid = \"x\"\ntools = [\"a\"]\ndecision = \"step_up\"\nscopes = [\"repo\"]",
-                "policy[0] (id \"x\"): scopes: \"repo\" is not one of github.scopes",
+                "policy[0] (id \"x\"): scopes: \"repo\" is a GitHub scope but not one of github.scopes",
             ),
             (
                 "[[policy]]\nid = \"x\"\ntools = [\"a\"]\npeople = [\"team:acme/ops\"]\ndecision = \"deny\"",

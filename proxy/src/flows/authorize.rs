@@ -118,10 +118,12 @@ pub async fn authorize(
     let resource = app.resource();
     let audience = audience::check_resource(q.resource.as_deref(), &resource)
         .map_err(|e| fail(e.code, e.description))?;
-    // Every consent is for the whole `[github] scopes` (what the backend acts with); a scope
-    // outside it is `invalid_scope`.
-    let scopes = consent_scope::for_authorization(q.scope.as_deref(), &app.offered_scopes)
-        .map_err(|e| fail(e.code, e.description))?;
+    // Every consent is for the whole `[github] scopes` (what the backend acts with), plus the
+    // tool permissions it names; any other scope is `invalid_scope`.
+    let permissions = app.tool_permissions();
+    let scopes =
+        consent_scope::for_authorization(q.scope.as_deref(), &app.offered_scopes, &permissions)
+            .map_err(|e| fail(e.code, e.description))?;
 
     let now = app.clock.now();
 
@@ -216,7 +218,10 @@ pub async fn authorize(
             }
             ClientKind::Registered => format!("registered {}", ago(now, client.registered_at)),
         },
-        scopes: scopes.iter().map(scope_view).collect(),
+        scopes: scopes
+            .iter()
+            .map(|s| scope_view(s, app.offered_scopes.contains(s)))
+            .collect(),
         warnings,
         signed_in_as: session.map(|s| format!("@{}", s.record().login)),
         github_host: app.github.display_host(),
@@ -344,7 +349,14 @@ pub async fn note_approver(
     Ok(())
 }
 
-fn scope_view(scope: &str) -> ScopeView {
+fn scope_view(scope: &str, github: bool) -> ScopeView {
+    if !github {
+        // A `[[policy]]` step-up scope: a permission of this server, no GitHub access.
+        return ScopeView {
+            name: scope.to_owned(),
+            description: "Tool permission of this server (adds no GitHub access): lets the agent run the tools a policy rule holds back for it".to_owned(),
+        };
+    }
     let description = match scope {
         "read:user" => "Read your GitHub profile",
         "user:email" => "Read your email addresses",

@@ -230,7 +230,7 @@ pub async fn register(
             "the body must be a JSON object of client metadata",
         )
     })?;
-    let mut meta = req.validate(&app.offered_scopes)?;
+    let mut meta = req.validate(&app.supported_scopes())?;
     // A scope outside `[github] scopes` was refused above; any other is recorded (and
     // answered) as the whole set, which is what every consent is for.
     meta.scope = consent_scope::registered(meta.scope.as_ref(), &app.offered_scopes);

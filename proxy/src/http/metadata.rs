@@ -33,7 +33,7 @@ pub async fn authorization_server(State(app): State<App>) -> Json<Value> {
         "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post", "private_key_jwt"],
         "revocation_endpoint_auth_signing_alg_values_supported": crate::bindings::client_assertion::ALLOWED_ALGS,
         "code_challenge_methods_supported": ["S256"],
-        "scopes_supported": app.offered_scopes.iter().collect::<Vec<_>>(),
+        "scopes_supported": app.supported_scopes().iter().collect::<Vec<_>>(),
         "authorization_response_iss_parameter_supported": true,
     });
     if let Some(obj) = body.as_object_mut() {
@@ -64,7 +64,7 @@ pub async fn protected_resource(State(app): State<App>) -> Json<Value> {
     Json(json!({
         "resource": app.resource(),
         "authorization_servers": [app.issuer()],
-        "scopes_supported": app.offered_scopes.iter().collect::<Vec<_>>(),
+        "scopes_supported": app.supported_scopes().iter().collect::<Vec<_>>(),
         "bearer_methods_supported": ["header"],
         "resource_name": app.config.resource_name,
     }))

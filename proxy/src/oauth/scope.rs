@@ -36,6 +36,18 @@ impl ScopeSet {
     pub fn covers(&self, other: &ScopeSet) -> bool {
         other.0.is_subset(&self.0)
     }
+    /// Whether `scope` is in the set.
+    pub fn contains(&self, scope: &str) -> bool {
+        self.0.contains(scope)
+    }
+    /// Adds `scope`.
+    pub fn insert(&mut self, scope: &str) {
+        self.0.insert(scope.to_owned());
+    }
+    /// Every scope of either set.
+    pub fn union(&self, other: &ScopeSet) -> ScopeSet {
+        ScopeSet(self.0.union(&other.0).cloned().collect())
+    }
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

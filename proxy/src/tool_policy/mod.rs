@@ -279,6 +279,21 @@ impl Policy {
         }
     }
 
+    /// Every scope a `step_up` rule names, in rule order, once each.
+    pub fn step_up_scopes(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.rules {
+            if let Action::StepUp { scopes } = &r.action {
+                for s in scopes {
+                    if !out.contains(s) {
+                        out.push(s.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// What `check-config` prints besides errors: rules that can never decide anything.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
