@@ -158,7 +158,8 @@ async function main() {
         } catch (err) {
             declined = { error: String(err) };
         }
-        check(elicitations.length === 2, `a changed argument asks again: ${JSON.stringify(elicitations)}`);
+        check(elicitations.length === 2, `a changed argument asks again, once: ${JSON.stringify(elicitations)}`);
+        check(declined?.isError === true, `declined: a final tool error, not a loop: ${JSON.stringify(declined)}`);
         check(elicitations[1].url !== first.url, 'with a new link');
         changed = { url: elicitations[1].url, answer: declined };
         await client.close();

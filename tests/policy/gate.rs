@@ -47,9 +47,8 @@ fn backend_calls(proxy: &TestProxy, tool: &str) -> usize {
         .requests()
         .iter()
         .filter(|r| {
-            serde_json::from_str::<Value>(&r.body).is_ok_and(|b| {
-                b["method"] == "tools/call" && b["params"]["name"] == tool
-            })
+            serde_json::from_str::<Value>(&r.body)
+                .is_ok_and(|b| b["method"] == "tools/call" && b["params"]["name"] == tool)
         })
         .count()
 }
@@ -173,7 +172,11 @@ async fn ambiguous_json_and_look_alike_tool_names_are_refused_before_the_policy_
         .call_tool("d\u{0435}lete_repo", json!({"owner": "acme"}))
         .await;
     assert_eq!(msg["error"]["code"], -32602, "{msg}");
-    assert_eq!(proxy.backend().requests().len(), before, "nothing forwarded");
+    assert_eq!(
+        proxy.backend().requests().len(),
+        before,
+        "nothing forwarded"
+    );
     assert_eq!(proxy.count(Keyspace::ApprovalLinks).await, 0);
 }
 
@@ -186,13 +189,20 @@ async fn approval_is_single_use_and_bound_to_the_arguments() {
     // Not under the rule (another owner): forwarded at once.
     let (_, msg) = alice
         .mcp
-        .call_tool("create_issue", json!({"owner": "alice", "repo": "r", "title": "t"}))
+        .call_tool(
+            "create_issue",
+            json!({"owner": "alice", "repo": "r", "title": "t"}),
+        )
         .await;
     assert_eq!(msg["result"]["isError"], false, "{msg}");
 
     let (_, held) = alice.mcp.call_tool("create_issue", args.clone()).await;
     let link = link_in(&held);
-    assert_eq!(backend_calls(&proxy, "create_issue"), 1, "held, not forwarded");
+    assert_eq!(
+        backend_calls(&proxy, "create_issue"),
+        1,
+        "held, not forwarded"
+    );
     // Asked again before the person answers: the same link, still nothing forwarded.
     let (_, again) = alice.mcp.call_tool("create_issue", args.clone()).await;
     assert_eq!(link_in(&again), link);
@@ -201,7 +211,12 @@ async fn approval_is_single_use_and_bound_to_the_arguments() {
     // The page shows the agent, the tool, the rule and the arguments.
     let page = alice.open(&link).await;
     assert_eq!(page.status, 200, "{}", page.body);
-    for shown in ["Repo Helper", "create_issue", "writes-need-a-human", "Fix the build"] {
+    for shown in [
+        "Repo Helper",
+        "create_issue",
+        "writes-need-a-human",
+        "Fix the build",
+    ] {
         assert!(page.body.contains(shown), "{shown} on the page");
     }
     let done = alice.decide(&proxy, &link, &page, "approve").await;
@@ -229,7 +244,11 @@ async fn approval_is_single_use_and_bound_to_the_arguments() {
     // Replayed: the approval was used.
     let (_, msg) = alice.mcp.call_tool("create_issue", args.clone()).await;
     assert!(link_in(&msg).contains("/approve/"));
-    assert_eq!(backend_calls(&proxy, "create_issue"), 2, "a replay is held again");
+    assert_eq!(
+        backend_calls(&proxy, "create_issue"),
+        2,
+        "a replay is held again"
+    );
     assert_eq!(proxy.count(Keyspace::ToolApprovals).await, 0);
 
     let all = proxy.app.audit.all().await.unwrap();
@@ -275,8 +294,14 @@ async fn approval_link_opened_by_another_person_approves_nothing_and_alerts() {
 
     let page = mallory.open(&link).await;
     assert_eq!(page.status, 403);
-    assert!(!page.body.contains("name=\"decision\""), "no action offered");
-    assert!(!page.body.contains("create_issue"), "nothing of the call shown");
+    assert!(
+        !page.body.contains("name=\"decision\""),
+        "no action offered"
+    );
+    assert!(
+        !page.body.contains("create_issue"),
+        "nothing of the call shown"
+    );
     let post = mallory
         .browser
         .post_form(
@@ -357,7 +382,10 @@ async fn ask_answers_a_2025_client_with_url_elicitation_and_a_2026_client_with_i
     let page = old.open(&url).await;
     assert_eq!(old.decide(&proxy, &url, &page, "approve").await.status, 200);
     let (_, msg) = old.mcp.call_tool("create_issue", args.clone()).await;
-    assert_eq!(msg["result"]["isError"], false, "the same call, retried: {msg}");
+    assert_eq!(
+        msg["result"]["isError"], false,
+        "the same call, retried: {msg}"
+    );
 
     let new = Person::with_agent(&proxy, "bob", "Repo Helper", "2026-07-28").await;
     let body = |state: Option<&str>| {

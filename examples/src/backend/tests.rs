@@ -362,7 +362,14 @@ async fn initialize_opens_a_session_and_tools_list_works() {
         .collect();
     assert_eq!(
         names,
-        ["whoami", "list_repos", "create_issue", "create_branch", "delete_repo", "slow_count"]
+        [
+            "whoami",
+            "list_repos",
+            "create_issue",
+            "create_branch",
+            "delete_repo",
+            "slow_count"
+        ]
     );
     let slow = &list["result"]["tools"][2]["inputSchema"]["properties"];
     assert_eq!(slow["count"]["type"], "integer");

@@ -224,7 +224,8 @@ pub enum AuditEvent {
         /// `allow`, `deny`, `ask` or `step_up`.
         decision: &'static str,
         /// What happened: `forwarded`, `denied`, `hidden`, `step_up_required`,
-        /// `approval_requested`, `approval_used`, `refused_duplicate_keys`, `refused_tool_name`.
+        /// `approval_requested`, `approval_used`, `approval_declined` (a 2026-07-28 client's
+        /// person declined the link), `refused_duplicate_keys`, `refused_tool_name`.
         outcome: &'static str,
         /// `tool_policy::arguments_digest` of the call's arguments.
         arguments_digest: String,

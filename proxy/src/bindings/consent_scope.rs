@@ -54,15 +54,50 @@ fn implied(scope: &str) -> &'static [&'static str] {
 /// GitHub's OAuth app scopes ("Scopes for OAuth apps"), so a tool permission can never be
 /// mistaken for one.
 const GITHUB_SCOPES: &[&str] = &[
-    "repo", "repo:status", "repo_deployment", "public_repo", "repo:invite", "security_events",
-    "admin:repo_hook", "write:repo_hook", "read:repo_hook", "admin:org", "write:org", "read:org",
-    "admin:public_key", "write:public_key", "read:public_key", "admin:org_hook", "gist",
-    "notifications", "user", "read:user", "user:email", "user:follow", "project",
-    "read:project", "delete_repo", "write:packages", "read:packages", "delete:packages",
-    "admin:gpg_key", "write:gpg_key", "read:gpg_key", "codespace", "workflow",
-    "admin:enterprise", "manage_runners:enterprise", "manage_billing:enterprise",
-    "read:enterprise", "audit_log", "read:audit_log", "copilot", "manage_billing:copilot",
-    "admin:ssh_signing_key", "write:ssh_signing_key", "read:ssh_signing_key",
+    "repo",
+    "repo:status",
+    "repo_deployment",
+    "public_repo",
+    "repo:invite",
+    "security_events",
+    "admin:repo_hook",
+    "write:repo_hook",
+    "read:repo_hook",
+    "admin:org",
+    "write:org",
+    "read:org",
+    "admin:public_key",
+    "write:public_key",
+    "read:public_key",
+    "admin:org_hook",
+    "gist",
+    "notifications",
+    "user",
+    "read:user",
+    "user:email",
+    "user:follow",
+    "project",
+    "read:project",
+    "delete_repo",
+    "write:packages",
+    "read:packages",
+    "delete:packages",
+    "admin:gpg_key",
+    "write:gpg_key",
+    "read:gpg_key",
+    "codespace",
+    "workflow",
+    "admin:enterprise",
+    "manage_runners:enterprise",
+    "manage_billing:enterprise",
+    "read:enterprise",
+    "audit_log",
+    "read:audit_log",
+    "copilot",
+    "manage_billing:copilot",
+    "admin:ssh_signing_key",
+    "write:ssh_signing_key",
+    "read:ssh_signing_key",
 ];
 
 /// Whether `scope` is one of GitHub's OAuth scopes.
@@ -218,7 +253,10 @@ mod tests {
             for_authorization(Some("read:user"), &configured, &ScopeSet::default()).unwrap(),
             configured
         );
-        assert_eq!(for_authorization(None, &configured, &ScopeSet::default()).unwrap(), configured);
+        assert_eq!(
+            for_authorization(None, &configured, &ScopeSet::default()).unwrap(),
+            configured
+        );
         assert_eq!(
             for_authorization(Some(""), &configured, &ScopeSet::default()).unwrap(),
             configured

@@ -197,9 +197,10 @@ fn plan(cmd: &AdminCommand) -> (Call, Print) {
             Call::Get(seg(&["audit", "tail"]), vec![("limit", n.to_string())]),
             Print::Lines,
         ),
-        AdminCommand::Audit(AuditCommand::Verify) => {
-            (Call::Get(seg(&["audit", "verify"]), Vec::new()), Print::Verify)
-        }
+        AdminCommand::Audit(AuditCommand::Verify) => (
+            Call::Get(seg(&["audit", "verify"]), Vec::new()),
+            Print::Verify,
+        ),
         AdminCommand::Policy(PolicyCommand::Decisions { n, user, client }) => {
             let mut q = vec![("limit", n.to_string())];
             q.extend(user.clone().map(|u| ("user", u)));

@@ -460,7 +460,10 @@ pub async fn policy_decisions(
 ) -> Result<Vec<crate::audit::AuditRecord>, AdminError> {
     use crate::audit::Kind;
     let field = |r: &crate::audit::AuditRecord, name: &str| -> Option<String> {
-        r.event.get(name).and_then(|v| v.as_str()).map(str::to_owned)
+        r.event
+            .get(name)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
     };
     Ok(app
         .audit

@@ -267,7 +267,13 @@ mod tests {
         let by = |n: &str| v.iter().find(|a| a.name == n).unwrap();
         assert!(by("owner").folded.is_none());
         assert_eq!(by("owner").value, "\"acme\"");
-        assert!(by("body").folded.as_ref().unwrap().contains("502 characters"));
+        assert!(
+            by("body")
+                .folded
+                .as_ref()
+                .unwrap()
+                .contains("502 characters")
+        );
         assert!(by("nested").folded.is_some(), "many lines");
         assert!(argument_views("null").is_empty());
         assert_eq!(argument_views("[1]").len(), 1);

@@ -202,7 +202,9 @@ async fn filtered_list(
     while let Some(chunk) = upstream.next().await {
         let chunk = chunk.map_err(|_| GatewayError::Backend("request".into()))?;
         if body.len() + chunk.len() > tool_list::MAX_LIST_BYTES {
-            return Err(GatewayError::Backend("tools/list answer too large to filter".into()));
+            return Err(GatewayError::Backend(
+                "tools/list answer too large to filter".into(),
+            ));
         }
         body.extend_from_slice(&chunk);
     }

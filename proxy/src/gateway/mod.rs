@@ -378,31 +378,30 @@ pub async fn handle(
     // Shared with the response observer rather than cloned: the retry below needs the token
     // (and the method) only if the backend reports that GitHub refused the person's token.
     let token = std::sync::Arc::new(token);
-    let forwarded =
-        match forward::forward(
-            app, &token, credential, &checked, req, &inbound, context, permitted,
-        )
-        .await
-        {
-            Err(GatewayError::GitHubRejected) => {
-                // The backend says GitHub refused the person's token: mark the grant broken, so
-                // the person gets a reconnect link instead of an opaque error.
-                // Write class: security state (grant marked broken). The next `tools/call` of
-                // any agent of this person depends on it (`github_access::for_agent` answers
-                // with a reconnect link instead of handing out the token); `mark_broken`
-                // returns once it is durable (its own flush or commit: /mcp is not inside
-                // `store::batched`), before the refusal below reveals it.
-                app.grants
-                    .mark_broken(
-                        &token.get().user_id,
-                        "backend reported that GitHub refused the token",
-                    )
-                    .await
-                    .map_err(|e| GatewayError::Backend(e.to_string()))?;
-                return refuse(app, &token, LinkKind::Reconnect, &method, &inbound, context).await;
-            }
-            other => other?,
-        };
+    let forwarded = match forward::forward(
+        app, &token, credential, &checked, req, &inbound, context, permitted,
+    )
+    .await
+    {
+        Err(GatewayError::GitHubRejected) => {
+            // The backend says GitHub refused the person's token: mark the grant broken, so
+            // the person gets a reconnect link instead of an opaque error.
+            // Write class: security state (grant marked broken). The next `tools/call` of
+            // any agent of this person depends on it (`github_access::for_agent` answers
+            // with a reconnect link instead of handing out the token); `mark_broken`
+            // returns once it is durable (its own flush or commit: /mcp is not inside
+            // `store::batched`), before the refusal below reveals it.
+            app.grants
+                .mark_broken(
+                    &token.get().user_id,
+                    "backend reported that GitHub refused the token",
+                )
+                .await
+                .map_err(|e| GatewayError::Backend(e.to_string()))?;
+            return refuse(app, &token, LinkKind::Reconnect, &method, &inbound, context).await;
+        }
+        other => other?,
+    };
     if is_delete
         && forwarded.status.is_success()
         && version == Version::Sessions

@@ -231,7 +231,9 @@ pub async fn gate(
         .unwrap_or_else(|| DEFAULTS_ID.to_owned());
     match &decision.action {
         Action::Allow => {
-            app.audit.record(event(name, &decision, "forwarded")).await?;
+            app.audit
+                .record(event(name, &decision, "forwarded"))
+                .await?;
             Ok(pass(None))
         }
         Action::Deny => {
@@ -253,7 +255,9 @@ pub async fn gate(
         Action::StepUp { scopes } => {
             let missing = scopes.iter().any(|s| !t.scopes.iter().any(|h| h == s));
             if !missing {
-                app.audit.record(event(name, &decision, "forwarded")).await?;
+                app.audit
+                    .record(event(name, &decision, "forwarded"))
+                    .await?;
                 return Ok(pass(None));
             }
             app.audit
@@ -280,9 +284,28 @@ pub async fn gate(
                     .await?;
                 return Ok(pass(None));
             }
-            let answer =
-                ask(app, token, name, arguments, &digest, &rule, *ttl_secs, inbound, context)
+            if declined_in_retry(inbound) {
+                // A 2026-07-28 client says its person declined the link: a final answer, so
+                // the client does not retry (and ask) again and again.
+                app.audit
+                    .record(event(name, &decision, "approval_declined"))
                     .await?;
+                let Some(id) = id else {
+                    return local(http::StatusCode::ACCEPTED, None);
+                };
+                return local(
+                    http::StatusCode::OK,
+                    Some(tool_error(
+                        id,
+                        format!("The call to {name} was not approved, so it did not run."),
+                        context.version,
+                    )),
+                );
+            }
+            let answer = ask(
+                app, token, name, arguments, &digest, &rule, *ttl_secs, inbound, context,
+            )
+            .await?;
             // After the link exists: an investigation can follow the event to it.
             app.audit
                 .record(event(name, &decision, "approval_requested"))
@@ -290,6 +313,24 @@ pub async fn gate(
             Ok(answer)
         }
     }
+}
+
+/// Whether this is the retry of a held call whose client reports that the elicitation was
+/// declined or cancelled (`inputResponses.tool_approval.action`), with the gateway's own
+/// `requestState` (checked before the policy runs).
+fn declined_in_retry(inbound: &Inbound) -> bool {
+    let ours = inbound
+        .request_state
+        .as_deref()
+        .is_some_and(|s| s.starts_with(request_state::PREFIX));
+    let action = inbound
+        .params
+        .as_ref()
+        .and_then(|p| p.get("inputResponses"))
+        .and_then(|r| r.get(refusal::APPROVAL_INPUT_KEY))
+        .and_then(|a| a.get("action"))
+        .and_then(Value::as_str);
+    ours && matches!(action, Some("decline" | "cancel"))
 }
 
 /// Holds a call for its person's approval: the approval link, in the client's shape.

@@ -246,7 +246,9 @@ pub async fn remove_of_user(store: &dyn Store, user: &UserId) -> Result<(), Stor
         .scan_json::<ApprovalIndexRecord>(Keyspace::ApprovalLinkIndex, &user_prefix(user))
         .await?
     {
-        store.remove(Keyspace::ApprovalLinks, &open.code_hash).await?;
+        store
+            .remove(Keyspace::ApprovalLinks, &open.code_hash)
+            .await?;
         store.remove(Keyspace::ApprovalLinkIndex, &key).await?;
     }
     for (key, _) in store

@@ -126,7 +126,11 @@ impl ApprovalOpenedBy {
     }
 
     /// Records that the no-JavaScript confirmation step is being shown now (milliseconds).
-    pub async fn confirm_shown(&mut self, store: &dyn Store, now_ms: u64) -> Result<(), StoreError> {
+    pub async fn confirm_shown(
+        &mut self,
+        store: &dyn Store,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
         self.link.confirm_shown_at_ms = Some(now_ms);
         tool_approvals::confirm_shown(store, &self.stored_at, &self.link).await
     }
@@ -363,9 +367,15 @@ mod tests {
         // A connect-link code of the same id is not an approval code.
         let connect_code = super::super::code_for(&k, &a.link_id);
         assert!(matches!(
-            open(&s, &connect_code, Some(&session(1, 1_000)), UnixTime(1_001), 900)
-                .await
-                .unwrap(),
+            open(
+                &s,
+                &connect_code,
+                Some(&session(1, 1_000)),
+                UnixTime(1_001),
+                900
+            )
+            .await
+            .unwrap(),
             Opened::NotFound
         ));
         assert!(matches!(
