@@ -770,3 +770,41 @@ fn duplicate_keys_are_found_at_any_depth() {
         assert!(!has_duplicate_keys(clean.as_bytes()), "{clean}");
     }
 }
+
+#[test]
+fn question_mark_is_one_byte_and_star_spans_anything() {
+    let p = policy(
+        "[[policy]]\nid=\"r\"\ntools=[\"*\"]\narguments={a=\"x?y\", b=\"*\"}\ndecision=\"deny\"",
+    );
+    let who = Who::new();
+    let deny =
+        |a: &str, b: &str| decide(&p, &who, "t", json!({"a": a, "b": b})).action == Action::Deny;
+    assert!(deny("x-y", ""));
+    assert!(deny("X/Y", "anything\nat all é"));
+    assert!(!deny("xéy", "")); // é is two bytes
+    assert!(!deny("xy", ""));
+}
+
+#[test]
+fn live_policy_swaps_whole_and_a_held_policy_stays_as_it_was() {
+    let live = LivePolicy::new(policy(
+        "[[policy]]\nid=\"old\"\ntools=[\"*\"]\ndecision=\"deny\"",
+    ));
+    let held = live.current();
+    live.replace(Policy::default());
+    assert_eq!(held.describe(), "1 rule, default allow");
+    assert!(live.current().is_empty());
+    let who = Who::new();
+    assert_eq!(decide(&held, &who, "t", json!({})).action, Action::Deny);
+}
+
+#[test]
+fn names_logins_only_when_a_rule_names_one() {
+    assert!(!policy(EXAMPLE).names_logins());
+    assert!(
+        policy(
+            "[[policy]]\nid=\"r\"\ntools=[\"*\"]\npeople=[\"id:1\", \"octocat\"]\ndecision=\"deny\""
+        )
+        .names_logins()
+    );
+}
