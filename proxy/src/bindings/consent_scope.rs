@@ -247,6 +247,25 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_permission_is_granted_only_when_named_and_never_mistaken_for_github_access() {
+        let configured = ScopeSet::parse("read:user repo").unwrap();
+        let permissions = ScopeSet::parse("tools:branches").unwrap();
+        assert_eq!(
+            for_authorization(None, &configured, &permissions).unwrap(),
+            configured,
+            "not named: not granted"
+        );
+        assert_eq!(
+            for_authorization(Some("read:user tools:branches"), &configured, &permissions).unwrap(),
+            ScopeSet::parse("read:user repo tools:branches").unwrap()
+        );
+        let e = for_authorization(Some("tools:other"), &configured, &permissions).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidScope);
+        assert!(is_github_scope("repo") && is_github_scope("read:org"));
+        assert!(!is_github_scope("tools:branches"));
+    }
+
+    #[test]
     fn a_subset_request_consents_to_the_whole_configured_set() {
         let configured = set("read:user repo");
         assert_eq!(

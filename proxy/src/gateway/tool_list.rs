@@ -23,7 +23,10 @@ pub enum Unfilterable {
 /// Drops the hidden tools from the response to request `id` (JSON text) in `msg`; returns the
 /// names dropped, or `None` if `msg` is not that response.
 fn filter_message(msg: &mut Value, id: &str, hide: &dyn Fn(&str) -> bool) -> Option<Vec<String>> {
-    let is_response = msg.get("id").is_some_and(|v| v.to_string() == id)
+    // Compared as JSON text: the id may be a number or a string.
+    let is_response = msg
+        .get("id")
+        .is_some_and(|v| serde_json::to_string(v).is_ok_and(|t| t == id))
         && (msg.get("result").is_some() || msg.get("error").is_some());
     if !is_response {
         return None;

@@ -66,18 +66,29 @@ proptest! {
     }
 
     #[test]
-    fn requested_scopes_consent_to_exactly_the_offer_or_are_refused(offered in scope_set(), asked in prop::option::of(prop_oneof![
+    fn requested_scopes_consent_to_exactly_the_offer_and_named_permissions_or_are_refused(offered in scope_set(), asked in prop::option::of(prop_oneof![
         scope_set().prop_map(|s| s.into_iter().collect::<Vec<_>>().join(" ")),
         "[ a-z:!\"]{0,12}",
     ])) {
         let offered = to_scope_set(&offered);
-        match consent_scope::for_authorization(asked.as_deref(), &offered) {
-            // Whatever subset was named, the consent is for the whole configured set.
-            Ok(got) => prop_assert_eq!(got, offered),
+        // One tool permission (a `[[policy]]` step-up scope that is not a GitHub scope).
+        let permissions = ScopeSet::from_list(["tools:write"]);
+        match consent_scope::for_authorization(asked.as_deref(), &offered, &permissions) {
+            // Whatever subset was named, the consent is for the whole configured set, plus
+            // exactly the tool permissions named.
+            Ok(got) => {
+                let named = asked.as_deref().map(|a| ScopeSet::parse(a).unwrap());
+                let wants = named.is_some_and(|n| n.contains("tools:write"));
+                let mut want = offered.clone();
+                if wants {
+                    want.insert("tools:write");
+                }
+                prop_assert_eq!(got, want);
+            }
             Err(e) => {
                 prop_assert_eq!(e.code, ErrorCode::InvalidScope);
                 let named = asked.as_deref().and_then(|a| ScopeSet::parse(a).ok());
-                prop_assert!(named.is_none_or(|n| !offered.covers(&n)));
+                prop_assert!(named.is_none_or(|n| !offered.union(&permissions).covers(&n)));
             }
         }
     }
