@@ -371,7 +371,7 @@ async fn initialize_opens_a_session_and_tools_list_works() {
             "slow_count"
         ]
     );
-    let slow = &list["result"]["tools"][2]["inputSchema"]["properties"];
+    let slow = &list["result"]["tools"][5]["inputSchema"]["properties"];
     assert_eq!(slow["count"]["type"], "integer");
     assert_eq!(slow["delay_ms"]["maximum"], 5000);
 
