@@ -240,7 +240,12 @@ impl App {
             self.policy()
                 .step_up_scopes()
                 .into_iter()
-                .filter(|s| !self.offered_scopes.contains(s)),
+                // Never a GitHub scope, even one a reloaded file adds to `[github] scopes`
+                // before a restart makes it one: only a restart changes what GitHub is asked.
+                .filter(|s| {
+                    !self.offered_scopes.contains(s)
+                        && !crate::bindings::consent_scope::is_github_scope(s)
+                }),
         )
     }
 

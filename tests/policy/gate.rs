@@ -166,12 +166,23 @@ async fn ambiguous_json_and_look_alike_tool_names_are_refused_before_the_policy_
     let msg: Value = resp.json().await.unwrap();
     assert_eq!(msg["error"]["code"], -32602, "{msg}");
     assert_eq!(msg["id"], 9);
-    // A Cyrillic "е" in "dеlete_repo" is not the tool the rule names; it never gets that far.
-    let (_, msg) = alice
-        .mcp
+    // A Cyrillic "е" in "dеlete_repo" is not the tool the rule names; it never gets that far
+    // (here, as a 2025-11-25 client sends it: no mirrored header to disagree with).
+    let mut old = Mcp::with_token(&proxy, &alice.mcp.token);
+    old.version = "2025-11-25";
+    let (_, msg) = old
         .call_tool("d\u{0435}lete_repo", json!({"owner": "acme"}))
         .await;
     assert_eq!(msg["error"]["code"], -32602, "{msg}");
+    // As a 2026-07-28 client sends it, the non-ASCII name in `Mcp-Name` is refused as well.
+    let (status, msg) = alice
+        .mcp
+        .call_tool("d\u{0435}lete_repo", json!({"owner": "acme"}))
+        .await;
+    assert!(
+        status == 400 || msg["error"]["code"] == -32602,
+        "{status} {msg}"
+    );
     assert_eq!(
         proxy.backend().requests().len(),
         before,
@@ -529,4 +540,135 @@ async fn hidden_tools_are_left_out_of_a_tools_list_answered_over_sse_too() {
     let body = resp.text().await.unwrap();
     assert!(!body.contains("delete_repo"), "{body}");
     assert!(body.contains("create_issue"), "{body}");
+}
+
+/// A POST of raw bytes to /mcp with alice's token, as a 2026-07-28 client.
+async fn raw_post(proxy: &TestProxy, token: &str, body: Vec<u8>, name: &str) -> (u16, Value) {
+    let resp = http()
+        .post(proxy.url("/mcp"))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_the_rules() {
+    let proxy = TestProxy::start_with(opts()).await;
+    let alice = Person::with_agent(&proxy, "alice", "Repo Helper", "2026-07-28").await;
+    let before = proxy.backend().requests().len();
+    let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete_repo","arguments":{"owner":"acme","repo":"x"#;
+    let deep = format!(
+        "{}{}\"}}}}{}",
+        call,
+        "",
+        ",\"pad\":".to_owned() + &"[".repeat(200) + &"]".repeat(200) + "}"
+    );
+    for (what, body) in [
+        // A lone surrogate: serde_json refuses it, many parsers accept it.
+        (
+            "lone surrogate",
+            format!("{call}\\ud800\"}}}}}}").into_bytes(),
+        ),
+        // Nesting past serde_json's limit.
+        ("deep nesting", deep.into_bytes()),
+        // Trailing bytes after the object (a streaming decoder stops at the first value).
+        (
+            "trailing bytes",
+            format!("{call}\"}}}}}} {{\"x\":1}}").into_bytes(),
+        ),
+        // An invalid UTF-8 byte in a string.
+        ("invalid UTF-8", {
+            let mut b = format!("{call}").into_bytes();
+            b.push(0xff);
+            b.extend_from_slice(b"\"}}}");
+            b
+        }),
+    ] {
+        let (status, msg) = raw_post(&proxy, &alice.mcp.token, body, "delete_repo").await;
+        assert_eq!(status, 400, "{what}: {msg}");
+        assert_eq!(msg["error"]["code"], -32700, "{what}: {msg}");
+    }
+    // `method` twice: serde_json reads the last (`ping`), a first-wins parser `tools/call`.
+    let twice = format!(
+        "{}\"}}}},\"method\":\"ping\"}}",
+        call.replacen("\"id\":9,", "\"id\":9,", 1)
+    );
+    let (status, msg) = raw_post(&proxy, &alice.mcp.token, twice.into_bytes(), "delete_repo").await;
+    assert_eq!(status, 200);
+    assert_eq!(msg["error"]["code"], -32602, "{msg}");
+    // The mirrored header names another tool than the body.
+    let honest = format!("{call}\"}}}}}}");
+    let (status, msg) = raw_post(
+        &proxy,
+        &alice.mcp.token,
+        honest.clone().into_bytes(),
+        "create_issue",
+    )
+    .await;
+    assert_eq!(status, 400, "{msg}");
+    // Another method, or a body on GET: refused.
+    let put = http()
+        .put(proxy.url("/mcp"))
+        .bearer_auth(&alice.mcp.token)
+        .header("content-type", "application/json")
+        .body(honest.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 405);
+    let get = http()
+        .get(proxy.url("/mcp"))
+        .bearer_auth(&alice.mcp.token)
+        .header("accept", "text/event-stream")
+        .body(honest)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 400);
+    assert_eq!(
+        proxy.backend().requests().len(),
+        before,
+        "nothing reached the backend"
+    );
+    let all = proxy.app.audit.all().await.unwrap();
+    let outcomes: Vec<String> = events(&all, "policy_decision")
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    for o in [
+        "refused_unreadable",
+        "refused_duplicate_keys",
+        "refused_mirrored_headers",
+        "refused_method",
+        "refused_body",
+    ] {
+        assert!(outcomes.iter().any(|x| x == o), "{o} audited: {outcomes:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_denied_call_creates_no_connect_link_even_when_github_access_is_missing() {
+    let proxy = TestProxy::start_with(opts()).await;
+    let alice = Person::with_agent(&proxy, "alice", "Repo Helper", "2026-07-28").await;
+    alice.withdraw_agent(&proxy).await;
+    let (_, msg) = alice
+        .mcp
+        .call_tool("delete_repo", json!({"owner": "acme", "repo": "site"}))
+        .await;
+    let text = msg["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("no-deletes"), "{text}");
+    assert_eq!(proxy.count(Keyspace::ConnectLinks).await, 0);
+    assert_eq!(proxy.count(Keyspace::ApprovalLinks).await, 0);
+    // An allowed call still gets its connect link.
+    let (_, msg) = alice.mcp.call_tool("whoami", json!({})).await;
+    assert!(msg.to_string().contains("/connect/"), "{msg}");
 }

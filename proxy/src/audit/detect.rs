@@ -239,7 +239,7 @@ impl Detector {
                 Some(user_id.clone()),
                 Some(client_id.clone()),
                 format!(
-                    "{n} tool calls of client {} denied by policy within {} s",
+                    "{n} tool calls of client {} denied or refused by policy within {} s",
                     client_id.as_str(),
                     self.denial_window_secs
                 ),
@@ -279,12 +279,16 @@ impl Detector {
                     opener.as_str()
                 ),
             )),
+            // Denials and every refusal before the rules (an agent probing with odd bodies,
+            // look-alike names, mismatched headers) count alike.
             AuditEvent::PolicyDecision {
                 user_id,
                 client_id,
-                outcome: "denied",
+                outcome,
                 ..
-            } => self.denied(client_id, user_id, now),
+            } if outcome == &"denied" || outcome.starts_with("refused_") => {
+                self.denied(client_id, user_id, now)
+            }
             AuditEvent::TokenRejected {
                 reason: "wrong_audience",
             } => {

@@ -101,7 +101,8 @@ fn csrf_binding(s: &Session, link_id: &str) -> String {
 /// long ones folded. Anything but an object is shown whole under one row.
 pub fn argument_views(arguments: &str) -> Vec<ArgumentView> {
     let view = |name: String, v: &Value| {
-        let value = serde_json::to_string_pretty(v).unwrap_or_default();
+        let name = visible(&name);
+        let value = visible(&serde_json::to_string_pretty(v).unwrap_or_default());
         let long = value.chars().count() > FOLD_CHARS || value.lines().count() > FOLD_LINES;
         let folded = long.then(|| {
             let head: String = value
@@ -122,6 +123,25 @@ pub fn argument_views(arguments: &str) -> Vec<ArgumentView> {
         Ok(Value::Null) | Err(_) => Vec::new(),
         Ok(other) => vec![view("(arguments)".to_owned(), &other)],
     }
+}
+
+/// Text with every character that would not show as itself written as `\u{…}`: controls
+/// (other than the newline of pretty-printed JSON), bidirectional overrides and isolates, and
+/// zero-width characters, so an argument cannot look like another on the page.
+fn visible(text: &str) -> String {
+    let hidden = |c: char| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
+    };
+    text.chars()
+        .map(|c| {
+            if hidden(c) {
+                format!("\\u{{{:04X}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 async fn page(
@@ -207,9 +227,12 @@ pub async fn act(
         Some("review") => {
             // Write class: not security state (when the confirmation step was shown; lost, the
             // next Approve is only held again). Durable like any write of a page request.
-            opened
+            if !opened
                 .confirm_shown(app.store.as_ref(), app.clock.now_millis())
-                .await?;
+                .await?
+            {
+                return Err(FlowError::Page(pages::LINK_NOT_FOUND));
+            }
             return page(app, code, &s, &opened, true, false).await;
         }
         _ => return Err(FlowError::Page(pages::BAD_REQUEST)),
@@ -221,12 +244,19 @@ pub async fn act(
             .confirm_shown_at_ms
             .is_some_and(|shown| now_ms.saturating_sub(shown) < CONFIRM_MIN_MS)
     {
-        opened.confirm_shown(app.store.as_ref(), now_ms).await?;
+        if !opened.confirm_shown(app.store.as_ref(), now_ms).await? {
+            return Err(FlowError::Page(pages::LINK_NOT_FOUND));
+        }
         return page(app, code, &s, &opened, true, true).await;
     }
     // Write class: security state (the approval, the closed link). Durable (this request's
     // final flush or commit) before the page that says it is done.
-    let link = approval::answer(app.store.as_ref(), opened, answer, app.clock.now()).await?;
+    let Some(link) = approval::answer(app.store.as_ref(), opened, answer, app.clock.now()).await?
+    else {
+        // Another answer (a second tab, a double submit) took the link first: this one counts
+        // for nothing, like any answered link.
+        return Err(FlowError::Page(pages::LINK_NOT_FOUND));
+    };
     app.audit
         .record(AuditEvent::ApprovalAnswered {
             link_id: link.link_id.clone(),
@@ -276,6 +306,11 @@ mod tests {
         );
         assert!(by("nested").folded.is_some(), "many lines");
         assert!(argument_views("null").is_empty());
+        // A right-to-left override or a zero-width space cannot disguise a value.
+        let tricky = serde_json::json!({"path": "safe\u{202E}txt.exe", "b\u{200B}ody": "x"});
+        let v = argument_views(&tricky.to_string());
+        assert!(v.iter().any(|a| a.value.contains("\\u{202E}")), "{v:?}");
+        assert!(v.iter().any(|a| a.name == "b\\u{200B}ody"), "{v:?}");
         assert_eq!(argument_views("[1]").len(), 1);
     }
 }

@@ -45,6 +45,9 @@ pub async fn client_for(
     let consents = consent_registry::revoke_client(app.store.as_ref(), user, client).await?;
     let families = token::revoke_user_client(app, user, client).await?;
     let allowance = github_access::withdraw(app, user, client).await?;
+    // Held calls and unused approvals of this agent: none may outlive its revocation (a
+    // re-authorized client starts with nothing approved).
+    crate::store::tool_approvals::remove_of_agent(app.store.as_ref(), user, client).await?;
     Ok(ClientRevoked {
         consents,
         families,

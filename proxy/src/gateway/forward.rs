@@ -199,15 +199,22 @@ async fn filtered_list(
     sse: bool,
 ) -> Result<BackendBody, GatewayError> {
     let mut body = Vec::new();
-    while let Some(chunk) = upstream.next().await {
-        let chunk = chunk.map_err(|_| GatewayError::Backend("request".into()))?;
-        if body.len() + chunk.len() > tool_list::MAX_LIST_BYTES {
-            return Err(GatewayError::Backend(
-                "tools/list answer too large to filter".into(),
-            ));
+    // Bounded in time as in size: a backend that keeps the stream open is refused, not waited on.
+    let read = async {
+        while let Some(chunk) = upstream.next().await {
+            let chunk = chunk.map_err(|_| GatewayError::Backend("request".into()))?;
+            if body.len() + chunk.len() > tool_list::MAX_LIST_BYTES {
+                return Err(GatewayError::Backend(
+                    "tools/list answer too large to filter".into(),
+                ));
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
-    }
+        Ok(())
+    };
+    tokio::time::timeout(tool_list::READ_TIMEOUT, read)
+        .await
+        .map_err(|_| GatewayError::Backend("tools/list answer did not end in time".into()))??;
     let (out, hidden) = tool_list::filter(&body, sse, &filter.id, &|t| filter.hides(t))
         .map_err(|e| GatewayError::Backend(format!("tools/list answer unfilterable: {e:?}")))?;
     for tool in hidden {

@@ -29,6 +29,8 @@ pub struct Inbound {
     pub request_state: Option<String>,
     /// `params` (kept to bind a `requestState` to the call it was minted for).
     pub params: Option<Value>,
+    /// The body was one JSON object (serde_json's reading; anything else is the default).
+    pub object: bool,
 }
 
 fn declares_url(caps: Option<&Value>) -> bool {
@@ -100,6 +102,7 @@ pub fn inspect_request(body: &[u8]) -> Inbound {
             .map(str::to_owned),
         params: owned,
         method,
+        object: true,
     }
 }
 

@@ -316,8 +316,25 @@ pub async fn handle(
         )
         .await;
     }
-    // GitHub access first (reads only, unless an expiring GitHub App token is due): a call
-    // that gets a connect link instead must not use up its approval below.
+    // `[[policy]]`, before anything reaches the backend: a call it refuses outright never gets
+    // as far as the GitHub-access checks (no connect link, no token refresh for it).
+    let held = match policy::gate(
+        app,
+        &token,
+        &person,
+        &req.method,
+        &req.headers,
+        &req.body,
+        &inbound,
+        context,
+    )
+    .await?
+    {
+        policy::Gate::Pass(p) => Ok(p),
+        policy::Gate::Answer(answer) => return Ok(answer),
+        policy::Gate::Held(h) => Err(h),
+    };
+    // GitHub access (reads only, unless an expiring GitHub App token is due).
     let github = match &backend.auth {
         BackendAuth::GitHubToken => {
             // Reads only, unless an expiring GitHub App token is due: its refresh writes the
@@ -340,21 +357,15 @@ pub async fn handle(
         }
         BackendAuth::Exchange { .. } => None,
     };
-    // `[[policy]]`, before anything reaches the backend (and before an exchange-mode backend
-    // token is minted for a call that is not forwarded).
-    let permitted = match policy::gate(
-        app,
-        &token,
-        &person,
-        &req.method,
-        &req.body,
-        &inbound,
-        context,
-    )
-    .await?
-    {
-        policy::Gate::Pass(p) => p,
-        policy::Gate::Answer(answer) => return Ok(answer),
+    // A held call (`ask`) is redeemed only now that it could be forwarded: one that got a
+    // connect link above keeps its approval.
+    let permitted = match held {
+        Ok(p) => p,
+        Err(h) => match policy::redeem(app, &token, h, &inbound, context).await? {
+            policy::Gate::Pass(p) => p,
+            policy::Gate::Answer(answer) => return Ok(answer),
+            policy::Gate::Held(_) => return Err(GatewayError::Backend("policy".into())),
+        },
     };
     let credential = match (&backend.auth, github) {
         (BackendAuth::GitHubToken, Some(gh)) => BackendCredential::github_token(&token, &gh)

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::Method;
+use http::{HeaderMap, Method};
 use serde_json::{Value, json};
 
 use super::jsonrpc::{Inbound, Version};
@@ -112,18 +112,20 @@ pub enum Gate {
     Pass(Permitted),
     /// Answer it here; nothing reaches the backend.
     Answer(Forwarded),
+    /// An `ask` rule holds it: [`redeem`] decides once the gateway could forward it.
+    Held(Held),
 }
 
 fn pass(list_filter: Option<ListFilter>) -> Gate {
     Gate::Pass(Permitted { list_filter })
 }
 
-/// A JSON-RPC error for a call the gateway refuses to read further.
-fn invalid_params(id: Option<&str>, message: &str) -> Value {
+/// A JSON-RPC error for a request the gateway refuses to read further.
+fn json_rpc_error(id: Option<&str>, code: i64, message: &str) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id.and_then(|i| serde_json::from_str::<Value>(i).ok()).unwrap_or(Value::Null),
-        "error": {"code": -32602, "message": message}
+        "error": {"code": code, "message": message}
     })
 }
 
@@ -140,50 +142,66 @@ fn tool_error(id: &str, text: String, version: Version) -> Value {
     })
 }
 
-/// Applies the policy to one request.
+/// A call an `ask` rule holds, decided but not yet redeemed: [`redeem`] uses the person's
+/// approval of it or answers with the approval link. Split from [`gate`] so that the gateway's
+/// GitHub-access checks run in between: a call that gets a connect link instead must not use
+/// up its approval, and a call the policy refuses outright never reaches those checks.
+#[derive(Debug)]
+pub struct Held {
+    tool: String,
+    digest: String,
+    rule: String,
+    ttl_secs: u64,
+    decision: Decision,
+}
+
+/// Headers a 2026-07-28 client mirrors from its body. When they are present they must say what
+/// the body says: a backend or an intermediary routing on them would act on something other
+/// than what the policy decided.
+const MIRRORED: [(&str, &str); 2] = [("mcp-method", "method"), ("mcp-name", "name")];
+
+fn mirrors_disagree(headers: &HeaderMap, inbound: &Inbound) -> bool {
+    MIRRORED.iter().any(|(header, field)| {
+        let Some(sent) = headers.get(*header) else {
+            return false;
+        };
+        let body = match *field {
+            "method" => inbound.method.as_deref(),
+            _ => inbound
+                .params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str),
+        };
+        sent.to_str().ok() != body
+    })
+}
+
+/// Applies the policy to one request, up to what needs no store: refusals before any rule
+/// (methods, bodies the gateway cannot read unambiguously), `tools/list` filtering, and each
+/// `tools/call` decision. An `ask` comes back [`Gate::Held`] for [`redeem`].
+#[allow(clippy::too_many_arguments)]
 pub async fn gate(
     app: &App,
     token: &Audienced<AccessTokenRecord>,
     person: &PersonFacts,
     method: &Method,
+    headers: &HeaderMap,
     body: &Bytes,
     inbound: &Inbound,
     context: ClientContext,
 ) -> Result<Gate, GatewayError> {
     let policy = app.policy();
-    if policy.is_empty() || *method != Method::POST {
+    if policy.is_empty() {
         return Ok(pass(None));
     }
     let t = token.get();
-    match inbound.method.as_deref() {
-        Some("tools/list") => {
-            return Ok(pass(inbound.id.clone().map(|id| ListFilter {
-                policy: Arc::clone(&policy),
-                user_id: t.user_id.clone(),
-                client_id: t.client_id.clone(),
-                person: person.clone(),
-                id,
-            })));
-        }
-        Some("tools/call") => {}
-        _ => return Ok(pass(None)),
-    }
     let id = inbound.id.as_deref();
     let local = |status, body| Ok(Gate::Answer(Forwarded::local(status, body, context)));
     let params = inbound.params.as_ref();
     let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
     let arguments = params.and_then(|p| p.get("arguments"));
     let digest = tool_policy::arguments_digest(arguments);
-    let event = |tool: &str, d: &Decision, outcome: &'static str| AuditEvent::PolicyDecision {
-        user_id: t.user_id.clone(),
-        client_id: t.client_id.clone(),
-        tool: crate::gateway::jsonrpc::tool_for_audit(tool),
-        rule_id: d.rule_id.clone().unwrap_or_else(|| DEFAULTS_ID.to_owned()),
-        decision: d.action.as_str(),
-        outcome,
-        arguments_digest: digest.clone(),
-        matched: d.matched.clone(),
-    };
     let refused = |tool: &str, outcome: &'static str| AuditEvent::PolicyDecision {
         user_id: t.user_id.clone(),
         client_id: t.client_id.clone(),
@@ -197,17 +215,80 @@ pub async fn gate(
     // Write class of every `app.audit.record` below: not security state, an audit event (the
     // refusal or the forwarded call changes nothing a later request reads); a refusal's event
     // is durable before the answer, a forwarded call's is group committed.
+    //
+    // Only POST carries JSON-RPC messages; GET opens a stream and DELETE ends a session. Any
+    // other method, or a body on GET or DELETE, could carry a call past the rules to a backend
+    // that does not dispatch on the method.
+    if *method != Method::POST {
+        if !matches!(*method, Method::GET | Method::DELETE) {
+            app.audit.record(refused("", "refused_method")).await?;
+            return local(http::StatusCode::METHOD_NOT_ALLOWED, None);
+        }
+        if !body.is_empty() {
+            app.audit.record(refused("", "refused_body")).await?;
+            return local(
+                http::StatusCode::BAD_REQUEST,
+                Some(json_rpc_error(None, -32600, "GET and DELETE carry no body")),
+            );
+        }
+        return Ok(pass(None));
+    }
+    // A body serde_json does not read as exactly one object (a lone surrogate, nesting past its
+    // limit, invalid UTF-8, trailing bytes, …) may still be one to the backend's parser: the
+    // rules cannot see what it says, so it goes no further.
+    if !inbound.object {
+        app.audit.record(refused("", "refused_unreadable")).await?;
+        return local(
+            http::StatusCode::BAD_REQUEST,
+            Some(json_rpc_error(
+                None,
+                -32700,
+                "the body is not one JSON object this server can read",
+            )),
+        );
+    }
+    // A repeated key anywhere (`method` included): parsers disagree on which one wins.
     if tool_policy::has_duplicate_keys(body) {
         app.audit
             .record(refused(name.unwrap_or_default(), "refused_duplicate_keys"))
             .await?;
         return local(
             http::StatusCode::OK,
-            Some(invalid_params(
+            Some(json_rpc_error(
                 id,
+                -32602,
                 "the request repeats a key in an object; this server reads no ambiguous JSON",
             )),
         );
+    }
+    if mirrors_disagree(headers, inbound) {
+        app.audit
+            .record(refused(
+                name.unwrap_or_default(),
+                "refused_mirrored_headers",
+            ))
+            .await?;
+        return local(
+            http::StatusCode::BAD_REQUEST,
+            Some(json_rpc_error(
+                id,
+                -32600,
+                "Mcp-Method or Mcp-Name does not say what the body says",
+            )),
+        );
+    }
+    match inbound.method.as_deref() {
+        Some("tools/list") => {
+            return Ok(pass(inbound.id.clone().map(|id| ListFilter {
+                policy: Arc::clone(&policy),
+                user_id: t.user_id.clone(),
+                client_id: t.client_id.clone(),
+                person: person.clone(),
+                id,
+            })));
+        }
+        Some("tools/call") => {}
+        _ => return Ok(pass(None)),
     }
     let Some(name) = name.filter(|n| tool_policy::valid_tool_name(n)) else {
         app.audit
@@ -215,8 +296,9 @@ pub async fn gate(
             .await?;
         return local(
             http::StatusCode::OK,
-            Some(invalid_params(
+            Some(json_rpc_error(
                 id,
+                -32602,
                 "tool names are 1 to 128 of the characters A-Z a-z 0-9 _ - .",
             )),
         );
@@ -229,15 +311,14 @@ pub async fn gate(
         .rule_id
         .clone()
         .unwrap_or_else(|| DEFAULTS_ID.to_owned());
+    let event = |d: &Decision, outcome: &'static str| decision_event(t, name, &digest, d, outcome);
     match &decision.action {
         Action::Allow => {
-            app.audit
-                .record(event(name, &decision, "forwarded"))
-                .await?;
+            app.audit.record(event(&decision, "forwarded")).await?;
             Ok(pass(None))
         }
         Action::Deny => {
-            app.audit.record(event(name, &decision, "denied")).await?;
+            app.audit.record(event(&decision, "denied")).await?;
             let Some(id) = id else {
                 return local(http::StatusCode::ACCEPTED, None);
             };
@@ -255,13 +336,11 @@ pub async fn gate(
         Action::StepUp { scopes } => {
             let missing = scopes.iter().any(|s| !t.scopes.iter().any(|h| h == s));
             if !missing {
-                app.audit
-                    .record(event(name, &decision, "forwarded"))
-                    .await?;
+                app.audit.record(event(&decision, "forwarded")).await?;
                 return Ok(pass(None));
             }
             app.audit
-                .record(event(name, &decision, "step_up_required"))
+                .record(event(&decision, "step_up_required"))
                 .await?;
             // Everything the call needs: what the token has and what the rule adds.
             let mut needed: Vec<String> = t.scopes.iter().map(str::to_owned).collect();
@@ -273,26 +352,17 @@ pub async fn gate(
             Err(GatewayError::InsufficientScope(needed.join(" ")))
         }
         Action::Ask { ttl_secs } => {
-            // Write class: security state (an approval used up). A replay of the call must
-            // find nothing; `use_approval` returns once the take is durable.
-            if approval::use_approval(app.store.as_ref(), For::token(token), name, &digest)
-                .await?
-                .is_some()
-            {
-                app.audit
-                    .record(event(name, &decision, "approval_used"))
-                    .await?;
-                return Ok(pass(None));
-            }
+            let Some(id) = id else {
+                // A notification cannot carry a link, nor be approved: not forwarded.
+                app.audit.record(event(&decision, "denied")).await?;
+                return local(http::StatusCode::ACCEPTED, None);
+            };
             if declined_in_retry(inbound) {
                 // A 2026-07-28 client says its person declined the link: a final answer, so
                 // the client does not retry (and ask) again and again.
                 app.audit
-                    .record(event(name, &decision, "approval_declined"))
+                    .record(event(&decision, "approval_declined"))
                     .await?;
-                let Some(id) = id else {
-                    return local(http::StatusCode::ACCEPTED, None);
-                };
                 return local(
                     http::StatusCode::OK,
                     Some(tool_error(
@@ -302,17 +372,70 @@ pub async fn gate(
                     )),
                 );
             }
-            let answer = ask(
-                app, token, name, arguments, &digest, &rule, *ttl_secs, inbound, context,
-            )
-            .await?;
-            // After the link exists: an investigation can follow the event to it.
-            app.audit
-                .record(event(name, &decision, "approval_requested"))
-                .await?;
-            Ok(answer)
+            Ok(Gate::Held(Held {
+                tool: name.to_owned(),
+                digest: digest.clone(),
+                rule,
+                ttl_secs: *ttl_secs,
+                decision: decision.clone(),
+            }))
         }
     }
+}
+
+fn decision_event(
+    t: &AccessTokenRecord,
+    tool: &str,
+    digest: &str,
+    d: &Decision,
+    outcome: &'static str,
+) -> AuditEvent {
+    AuditEvent::PolicyDecision {
+        user_id: t.user_id.clone(),
+        client_id: t.client_id.clone(),
+        tool: crate::gateway::jsonrpc::tool_for_audit(tool),
+        rule_id: d.rule_id.clone().unwrap_or_else(|| DEFAULTS_ID.to_owned()),
+        decision: d.action.as_str(),
+        outcome,
+        arguments_digest: digest.to_owned(),
+        matched: d.matched.clone(),
+    }
+}
+
+/// A held call, once the gateway knows it could forward it: the person's approval of exactly
+/// this call is used up (durable, so a replay finds none) and the call passes, or the answer
+/// is the approval link.
+pub async fn redeem(
+    app: &App,
+    token: &Audienced<AccessTokenRecord>,
+    held: Held,
+    inbound: &Inbound,
+    context: ClientContext,
+) -> Result<Gate, GatewayError> {
+    let t = token.get();
+    let event = |outcome: &'static str| {
+        decision_event(t, &held.tool, &held.digest, &held.decision, outcome)
+    };
+    // Write class: security state (an approval used up). A replay of the call must find
+    // nothing; `use_approval` returns once the take is durable.
+    if approval::use_approval(
+        app.store.as_ref(),
+        For::token(token),
+        &held.rule,
+        &held.tool,
+        &held.digest,
+    )
+    .await?
+    .is_some()
+    {
+        app.audit.record(event("approval_used")).await?;
+        return Ok(pass(None));
+    }
+    let arguments = inbound.params.as_ref().and_then(|p| p.get("arguments"));
+    let answer = ask(app, token, &held, arguments, inbound, context).await?;
+    // After the link exists: an investigation can follow the event to it.
+    app.audit.record(event("approval_requested")).await?;
+    Ok(answer)
 }
 
 /// Whether this is the retry of a held call whose client reports that the elicitation was
@@ -334,18 +457,20 @@ fn declined_in_retry(inbound: &Inbound) -> bool {
 }
 
 /// Holds a call for its person's approval: the approval link, in the client's shape.
-#[allow(clippy::too_many_arguments)]
 async fn ask(
     app: &App,
     token: &Audienced<AccessTokenRecord>,
-    tool: &str,
+    held: &Held,
     arguments: Option<&Value>,
-    digest: &str,
-    rule: &str,
-    ttl_secs: u64,
     inbound: &Inbound,
     context: ClientContext,
 ) -> Result<Gate, GatewayError> {
+    let (tool, digest, rule, ttl_secs) = (
+        held.tool.as_str(),
+        held.digest.as_str(),
+        held.rule.as_str(),
+        held.ttl_secs,
+    );
     let t = token.get();
     // Canonical JSON (serde_json's maps keep keys sorted): what the page shows is exactly what
     // the digest covers.
@@ -353,7 +478,7 @@ async fn ask(
         .filter(|a| !a.is_null())
         .map_or_else(|| "{}".to_owned(), Value::to_string);
     let Some(id) = inbound.id.as_deref() else {
-        // A notification cannot carry a link: not forwarded, nothing held.
+        // `gate` answered notifications already; nothing is held for one.
         return Ok(Gate::Answer(Forwarded::local(
             http::StatusCode::ACCEPTED,
             None,
@@ -376,7 +501,7 @@ async fn ask(
     let now = app.clock.now();
     // Write class: security state (an approval link). The person's request to open it
     // depends on it; `approval::request` returns once it and its index are durable.
-    let link = approval::request(
+    let Some(link) = approval::request(
         app.store.as_ref(),
         &app.keys.connect_link,
         now,
@@ -389,7 +514,21 @@ async fn ask(
             ttl_secs,
         },
     )
-    .await?;
+    .await?
+    else {
+        return Ok(Gate::Answer(Forwarded::local(
+            http::StatusCode::OK,
+            Some(tool_error(
+                id,
+                format!(
+                    "The call to {tool} needs a person's approval, but {} calls of this agent are already waiting for one: answer them on the account page, or let them lapse.",
+                    approval::MAX_OPEN_PER_AGENT
+                ),
+                context.version,
+            )),
+            context,
+        )));
+    };
     let client: Option<ClientRecord> = app.clients.known(&t.client_id).await?;
     let agent = client.map_or_else(|| "this agent".to_owned(), |c| c.display_name());
     let url = app.config.public_url.join(&link.path);

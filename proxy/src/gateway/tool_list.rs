@@ -10,6 +10,8 @@ use serde_json::Value;
 
 /// Largest `tools/list` answer the gateway filters.
 pub const MAX_LIST_BYTES: usize = 4 << 20;
+/// Longest the gateway waits for a `tools/list` answer to end.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why an answer could not be filtered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,21 +36,64 @@ impl ApprovalKey {
     }
 }
 
-/// What a call is, for the index and the approval: the tool and the digest of its arguments.
-fn call_digest(tool: &str, arguments_digest: &str) -> String {
-    // Length-prefixed: no two (tool, digest) pairs hash the same input.
+/// What a call is, for the index and the approval: the rule that holds it, the tool and the
+/// digest of its arguments (an approval given under one rule is no approval under another).
+fn call_digest(rule: &Rule<'_>) -> String {
+    // Length-prefixed: no two (rule, tool, digest) triples hash the same input.
     crypto::b64url(&crypto::sha256(
-        format!("{}:{tool}{arguments_digest}", tool.len()).as_bytes(),
+        format!(
+            "{}:{}{}:{}{}",
+            rule.rule_id.len(),
+            rule.rule_id,
+            rule.tool.len(),
+            rule.tool,
+            rule.arguments_digest
+        )
+        .as_bytes(),
     ))
 }
 
-fn call_key(user: &UserId, client: &ClientId, tool: &str, arguments_digest: &str) -> String {
+/// One held call, as the keys see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule<'a> {
+    /// The rule that holds it.
+    pub rule_id: &'a str,
+    /// The tool.
+    pub tool: &'a str,
+    /// The digest of its arguments.
+    pub arguments_digest: &'a str,
+}
+
+impl<'a> Rule<'a> {
+    fn of(rec: &'a ApprovalLinkRecord) -> Rule<'a> {
+        Rule {
+            rule_id: &rec.rule_id,
+            tool: &rec.tool,
+            arguments_digest: &rec.arguments_digest,
+        }
+    }
+}
+
+fn call_key(user: &UserId, client: &ClientId, call: &Rule<'_>) -> String {
     format!(
         "{}|{}|{}",
         user.as_str(),
         client.as_str(),
-        call_digest(tool, arguments_digest)
+        call_digest(call)
     )
+}
+
+fn agent_prefix(user: &UserId, client: &ClientId) -> String {
+    format!("{}|{}|", user.as_str(), client.as_str())
+}
+
+/// Length of `call_digest` (base64url of 32 bytes).
+const CALL_DIGEST_LEN: usize = 43;
+
+/// Whether `key`, found under `prefix`, is this agent's own and not that of a client whose id
+/// extends this one's with a `|` (client ids may hold one): the rest is exactly one digest.
+fn of_agent(key: &str, prefix: &str) -> bool {
+    key.len() == prefix.len() + CALL_DIGEST_LEN
 }
 
 fn user_prefix(user: &UserId) -> String {
@@ -86,12 +129,7 @@ pub async fn put(
     store
         .put_json(
             Keyspace::ApprovalLinkIndex,
-            &call_key(
-                &rec.user_id,
-                &rec.client_id,
-                &rec.tool,
-                &rec.arguments_digest,
-            ),
+            &call_key(&rec.user_id, &rec.client_id, &Rule::of(rec)),
             &idx,
             Some(rec.expires_at),
         )
@@ -103,15 +141,26 @@ pub async fn open(
     store: &dyn Store,
     user: &UserId,
     client: &ClientId,
-    tool: &str,
-    arguments_digest: &str,
+    call: &Rule<'_>,
 ) -> Result<Option<ApprovalIndexRecord>, StoreError> {
     store
-        .get_json(
-            Keyspace::ApprovalLinkIndex,
-            &call_key(user, client, tool, arguments_digest),
-        )
+        .get_json(Keyspace::ApprovalLinkIndex, &call_key(user, client, call))
         .await
+}
+
+/// How many links of `user` for `client` are open.
+pub async fn open_of_agent(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<usize, StoreError> {
+    let prefix = agent_prefix(user, client);
+    Ok(store
+        .scan_prefix(Keyspace::ApprovalLinkIndex, &prefix)
+        .await?
+        .iter()
+        .filter(|(k, _)| of_agent(k, &prefix))
+        .count())
 }
 
 /// Every open link of `user`.
@@ -127,15 +176,40 @@ pub async fn open_of_user(
         .collect())
 }
 
-/// Records when the link's confirmation step was shown (its code and expiry unchanged).
+/// Records when the link's confirmation step was shown, if the link is still open (an answer
+/// that took it in the meantime wins: a closed link never comes back).
 pub async fn confirm_shown(
     store: &dyn Store,
     key: &ApprovalKey,
-    rec: &ApprovalLinkRecord,
-) -> Result<(), StoreError> {
-    store
-        .put_json(Keyspace::ApprovalLinks, &key.0, rec, Some(rec.expires_at))
-        .await
+    shown_at_ms: u64,
+) -> Result<Option<ApprovalLinkRecord>, StoreError> {
+    update::<ApprovalLinkRecord, Option<ApprovalLinkRecord>, StoreError, _, _>(
+        store,
+        Keyspace::ApprovalLinks,
+        &key.0,
+        8,
+        |current| async move {
+            Ok(match current {
+                None => Step::Keep(None),
+                Some(e) => {
+                    let mut rec = e.value;
+                    rec.confirm_shown_at_ms = Some(shown_at_ms);
+                    let expires = Some(rec.expires_at);
+                    Step::PutUntil(rec.clone(), expires, Some(rec))
+                }
+            })
+        },
+    )
+    .await
+    .map(Option::flatten)
+}
+
+/// Takes the link (single use): `Some` only for the one caller that removed it.
+pub async fn take(
+    store: &dyn Store,
+    key: &ApprovalKey,
+) -> Result<Option<ApprovalLinkRecord>, StoreError> {
+    store.take_json(Keyspace::ApprovalLinks, &key.0).await
 }
 
 /// Removes a link (answered): its code becomes unknown and its call has no open link.
@@ -145,12 +219,7 @@ pub async fn close(
     rec: &ApprovalLinkRecord,
 ) -> Result<(), StoreError> {
     store.remove(Keyspace::ApprovalLinks, &key.0).await?;
-    let idx = call_key(
-        &rec.user_id,
-        &rec.client_id,
-        &rec.tool,
-        &rec.arguments_digest,
-    );
+    let idx = call_key(&rec.user_id, &rec.client_id, &Rule::of(rec));
     if let Some(open) = store
         .get_json::<ApprovalIndexRecord>(Keyspace::ApprovalLinkIndex, &idx)
         .await?
@@ -175,12 +244,7 @@ pub async fn approve(
     store
         .put_json(
             Keyspace::ToolApprovals,
-            &call_key(
-                &rec.user_id,
-                &rec.client_id,
-                &rec.tool,
-                &rec.arguments_digest,
-            ),
+            &call_key(&rec.user_id, &rec.client_id, &Rule::of(rec)),
             &approval,
             Some(rec.expires_at),
         )
@@ -192,15 +256,38 @@ pub async fn take_approval(
     store: &dyn Store,
     user: &UserId,
     client: &ClientId,
-    tool: &str,
-    arguments_digest: &str,
+    call: &Rule<'_>,
 ) -> Result<Option<ToolApprovalRecord>, StoreError> {
     store
-        .take_json(
-            Keyspace::ToolApprovals,
-            &call_key(user, client, tool, arguments_digest),
-        )
+        .take_json(Keyspace::ToolApprovals, &call_key(user, client, call))
         .await
+}
+
+/// Forgets `user`'s held calls and unused approvals for `client` (the client was revoked or
+/// deleted, or its person disconnected).
+pub async fn remove_of_agent(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<(), StoreError> {
+    let prefix = agent_prefix(user, client);
+    for (key, open) in store
+        .scan_json::<ApprovalIndexRecord>(Keyspace::ApprovalLinkIndex, &prefix)
+        .await?
+    {
+        if of_agent(&key, &prefix) {
+            store
+                .remove(Keyspace::ApprovalLinks, &open.code_hash)
+                .await?;
+            store.remove(Keyspace::ApprovalLinkIndex, &key).await?;
+        }
+    }
+    for (key, _) in store.scan_prefix(Keyspace::ToolApprovals, &prefix).await? {
+        if of_agent(&key, &prefix) {
+            store.remove(Keyspace::ToolApprovals, &key).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Adds an answer to the person's history, newest first, keeping [`HISTORY_LEN`].
@@ -264,14 +351,35 @@ pub async fn remove_of_user(store: &dyn Store, user: &UserId) -> Result<(), Stor
 mod tests {
     use super::*;
 
+    fn rule<'a>(rule_id: &'a str, tool: &'a str, d: &'a str) -> Rule<'a> {
+        Rule {
+            rule_id,
+            tool,
+            arguments_digest: d,
+        }
+    }
+
     #[test]
     fn keys_of_different_calls_differ() {
         let (u, c) = (UserId::github(1), ClientId::new("c"));
-        assert_ne!(call_key(&u, &c, "ab", "c"), call_key(&u, &c, "a", "bc"));
         assert_ne!(
-            call_key(&u, &c, "t", "d"),
-            call_key(&u, &ClientId::new("d"), "t", "d")
+            call_key(&u, &c, &rule("r", "ab", "c")),
+            call_key(&u, &c, &rule("r", "a", "bc"))
         );
-        assert!(call_key(&u, &c, "t", "d").starts_with(&user_prefix(&u)));
+        assert_ne!(
+            call_key(&u, &c, &rule("r", "t", "d")),
+            call_key(&u, &c, &rule("s", "t", "d"))
+        );
+        assert_ne!(
+            call_key(&u, &c, &rule("r", "t", "d")),
+            call_key(&u, &ClientId::new("d"), &rule("r", "t", "d"))
+        );
+        let k = call_key(&u, &c, &rule("r", "t", "d"));
+        assert!(k.starts_with(&user_prefix(&u)) && k.starts_with(&agent_prefix(&u, &c)));
+        assert!(of_agent(&k, &agent_prefix(&u, &c)));
+        // A client whose id extends this one's with a bar is another agent.
+        let longer = call_key(&u, &ClientId::new("c|x"), &rule("r", "t", "d"));
+        assert!(longer.starts_with(&agent_prefix(&u, &c)));
+        assert!(!of_agent(&longer, &agent_prefix(&u, &c)));
     }
 }

@@ -19,7 +19,11 @@ use crate::session::Session;
 use crate::store::records::{
     ApprovalAnswer, ApprovalHistoryEntry, ApprovalLinkRecord, ToolApprovalRecord,
 };
-use crate::store::tool_approvals::{self, ApprovalKey};
+use crate::store::tool_approvals::{self, ApprovalKey, Rule};
+
+/// Approval links one person may have open for one agent at once: an agent that changes an
+/// argument on every try cannot pile up held calls (each keeps its arguments until it lapses).
+pub const MAX_OPEN_PER_AGENT: usize = 16;
 use crate::store::{Store, StoreError};
 
 /// The code of an approval link, derived from its id.
@@ -55,26 +59,39 @@ pub struct IssuedApproval {
     pub created: bool,
 }
 
-/// Returns the open approval link of this call, creating it if there is none.
+impl Ask<'_> {
+    fn call(&self) -> Rule<'_> {
+        Rule {
+            rule_id: self.rule_id,
+            tool: self.tool,
+            arguments_digest: self.arguments_digest,
+        }
+    }
+}
+
+/// Returns the open approval link of this call, creating it if there is none; `None` when the
+/// person already has [`MAX_OPEN_PER_AGENT`] links open for this agent (nothing is stored).
 pub async fn request(
     store: &dyn Store,
     key: &Key,
     now: UnixTime,
     who: For<'_>,
     ask: Ask<'_>,
-) -> Result<IssuedApproval, StoreError> {
-    if let Some(open) =
-        tool_approvals::open(store, who.user, who.client, ask.tool, ask.arguments_digest).await?
+) -> Result<Option<IssuedApproval>, StoreError> {
+    if let Some(open) = tool_approvals::open(store, who.user, who.client, &ask.call()).await?
         && tool_approvals::get(store, &ApprovalKey::of_open(&open))
             .await?
             .is_some()
     {
-        return Ok(IssuedApproval {
+        return Ok(Some(IssuedApproval {
             path: path_of(key, &open.link_id),
             link_id: open.link_id,
             expires_in: open.expires_at.since(now),
             created: false,
-        });
+        }));
+    }
+    if tool_approvals::open_of_agent(store, who.user, who.client).await? >= MAX_OPEN_PER_AGENT {
+        return Ok(None);
     }
     let link_id = crypto::b64url(
         &crypto::random_bytes::<16>().map_err(|e| StoreError::Backend(e.to_string()))?,
@@ -93,12 +110,12 @@ pub async fn request(
         confirm_shown_at_ms: None,
     };
     tool_approvals::put(store, &ApprovalKey::of_code(&code), &rec).await?;
-    Ok(IssuedApproval {
+    Ok(Some(IssuedApproval {
         path: format!("/approve/{code}"),
         link_id,
         expires_in: ask.ttl_secs,
         created: true,
-    })
+    }))
 }
 
 /// The person who opened an approval link is the person the call was made for, with a
@@ -125,14 +142,20 @@ impl ApprovalOpenedBy {
         &self.link
     }
 
-    /// Records that the no-JavaScript confirmation step is being shown now (milliseconds).
+    /// Records that the no-JavaScript confirmation step is being shown now (milliseconds);
+    /// `false` if the link was answered in the meantime (it stays closed).
     pub async fn confirm_shown(
         &mut self,
         store: &dyn Store,
         now_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.link.confirm_shown_at_ms = Some(now_ms);
-        tool_approvals::confirm_shown(store, &self.stored_at, &self.link).await
+    ) -> Result<bool, StoreError> {
+        match tool_approvals::confirm_shown(store, &self.stored_at, now_ms).await? {
+            Some(rec) => {
+                self.link = rec;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 }
 
@@ -166,20 +189,25 @@ pub fn path_of(key: &Key, link_id: &str) -> String {
     format!("/approve/{}", code_for(key, link_id))
 }
 
-/// Answers the link: an approval is stored (durable) before the link closes, so a crash in
-/// between leaves an open link whose second approval changes nothing. Either way the code
-/// becomes unknown.
+/// Answers the link. The link is taken first (single use): of two answers racing (a double
+/// submit, two tabs, approve against deny) only the one that took it counts, and the other
+/// gets `None` and changes nothing. Then the approval is stored and the index cleared. A crash
+/// between the take and the approval loses the answer (the link is gone, the agent asks again),
+/// never grants one twice.
 pub async fn answer(
     store: &dyn Store,
     opened: ApprovalOpenedBy,
     answer: ApprovalAnswer,
     now: UnixTime,
-) -> Result<ApprovalLinkRecord, StoreError> {
+) -> Result<Option<ApprovalLinkRecord>, StoreError> {
+    let Some(taken) = tool_approvals::take(store, &opened.stored_at).await? else {
+        return Ok(None);
+    };
     if answer == ApprovalAnswer::Approved {
-        tool_approvals::approve(store, &opened.link, now).await?;
+        tool_approvals::approve(store, &taken, now).await?;
     }
-    tool_approvals::close(store, &opened.stored_at, &opened.link).await?;
-    let l = &opened.link;
+    tool_approvals::close(store, &opened.stored_at, &taken).await?;
+    let l = &taken;
     tool_approvals::remember(
         store,
         &l.user_id,
@@ -193,7 +221,7 @@ pub async fn answer(
         },
     )
     .await?;
-    Ok(opened.link)
+    Ok(Some(taken))
 }
 
 /// A call its person approved, the approval now used up. Only [`use_approval`] makes one.
@@ -215,11 +243,17 @@ impl Approved {
 pub async fn use_approval(
     store: &dyn Store,
     who: For<'_>,
+    rule_id: &str,
     tool: &str,
     arguments_digest: &str,
 ) -> Result<Option<Approved>, StoreError> {
+    let call = Rule {
+        rule_id,
+        tool,
+        arguments_digest,
+    };
     Ok(
-        tool_approvals::take_approval(store, who.user, who.client, tool, arguments_digest)
+        tool_approvals::take_approval(store, who.user, who.client, &call)
             .await?
             .map(|approval| Approved { approval }),
     )
@@ -262,13 +296,19 @@ mod tests {
             user: &u,
             client: &c,
         };
-        let a = request(&s, &k, UnixTime(1_000), who, ASK).await.unwrap();
-        let again = request(&s, &k, UnixTime(1_010), who, ASK).await.unwrap();
+        let a = request(&s, &k, UnixTime(1_000), who, ASK)
+            .await
+            .unwrap()
+            .unwrap();
+        let again = request(&s, &k, UnixTime(1_010), who, ASK)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(a.created && !again.created);
         assert_eq!(a.path, again.path);
         // Nothing is approved until the person answers.
         assert!(
-            use_approval(&s, who, "create_issue", "d1")
+            use_approval(&s, who, "writes", "create_issue", "d1")
                 .await
                 .unwrap()
                 .is_none()
@@ -286,6 +326,7 @@ mod tests {
         };
         answer(&s, o, ApprovalAnswer::Approved, UnixTime(1_020))
             .await
+            .unwrap()
             .unwrap();
         // Answered: the code is unknown.
         assert!(matches!(
@@ -302,13 +343,13 @@ mod tests {
         ));
         // Other arguments, another tool, another agent: no approval.
         assert!(
-            use_approval(&s, who, "create_issue", "d2")
+            use_approval(&s, who, "writes", "create_issue", "d2")
                 .await
                 .unwrap()
                 .is_none()
         );
         assert!(
-            use_approval(&s, who, "create_branch", "d1")
+            use_approval(&s, who, "writes", "create_branch", "d1")
                 .await
                 .unwrap()
                 .is_none()
@@ -321,6 +362,7 @@ mod tests {
                     user: &u,
                     client: &other
                 },
+                "writes",
                 "create_issue",
                 "d1"
             )
@@ -330,13 +372,13 @@ mod tests {
         );
         // The call itself: once.
         assert!(
-            use_approval(&s, who, "create_issue", "d1")
+            use_approval(&s, who, "writes", "create_issue", "d1")
                 .await
                 .unwrap()
                 .is_some()
         );
         assert!(
-            use_approval(&s, who, "create_issue", "d1")
+            use_approval(&s, who, "writes", "create_issue", "d1")
                 .await
                 .unwrap()
                 .is_none()
@@ -362,6 +404,7 @@ mod tests {
             ASK,
         )
         .await
+        .unwrap()
         .unwrap();
         let cd = code(&a.path);
         // A connect-link code of the same id is not an approval code.
@@ -401,9 +444,26 @@ mod tests {
         else {
             panic!("owner expected")
         };
-        answer(&s, o, ApprovalAnswer::Denied, UnixTime(1_002))
+        // A second answer racing this one (another tab) finds the link taken.
+        let Opened::Owner(twin) = open(&s, cd, Some(&session(1, 1_000)), UnixTime(1_001), 900)
             .await
-            .unwrap();
+            .unwrap()
+        else {
+            panic!("owner expected")
+        };
+        assert!(
+            answer(&s, o, ApprovalAnswer::Denied, UnixTime(1_002))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            answer(&s, twin, ApprovalAnswer::Approved, UnixTime(1_002))
+                .await
+                .unwrap()
+                .is_none(),
+            "only one answer counts"
+        );
         assert!(
             use_approval(
                 &s,
@@ -411,6 +471,7 @@ mod tests {
                     user: &u,
                     client: &c
                 },
+                "writes",
                 "create_issue",
                 "d1"
             )
@@ -418,7 +479,7 @@ mod tests {
             .unwrap()
             .is_none()
         );
-        // Expired links are unknown.
+        // Answered: asking again makes a new link.
         let b = request(
             &s,
             &k,
@@ -430,7 +491,40 @@ mod tests {
             ASK,
         )
         .await
+        .unwrap()
         .unwrap();
         assert!(b.created);
+        // At most MAX_OPEN_PER_AGENT open links per person and agent.
+        for i in 1..MAX_OPEN_PER_AGENT {
+            let d = format!("other-{i}");
+            let more = Ask {
+                arguments_digest: &d,
+                ..ASK
+            };
+            let who = For {
+                user: &u,
+                client: &c,
+            };
+            assert!(
+                request(&s, &k, UnixTime(1_000), who, more)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        let over = Ask {
+            arguments_digest: "one-too-many",
+            ..ASK
+        };
+        let who = For {
+            user: &u,
+            client: &c,
+        };
+        assert!(
+            request(&s, &k, UnixTime(1_000), who, over)
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 }
