@@ -103,6 +103,16 @@ impl Store for CountingStore {
         self.counters.reads.fetch_add(1, Ordering::SeqCst);
         self.inner.get(ks, key).await
     }
+    async fn get_many(
+        &self,
+        keys: &[(Keyspace, &str)],
+    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+        // Records read, as with `get`; on PostgreSQL they are one statement.
+        self.counters
+            .reads
+            .fetch_add(keys.len() as u64, Ordering::SeqCst);
+        self.inner.get_many(keys).await
+    }
     async fn insert_new(
         &self,
         ks: Keyspace,

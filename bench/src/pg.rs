@@ -15,8 +15,9 @@ use crate::timing::{now, ns_since, segment};
 /// PostgreSQL, as CI has it (trust auth, user postgres).
 pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
-/// Connections the bare baseline shares among its workers: as many as the proxy's store pool
-/// holds (`PgStore::connect`'s `max_size(16)`), so both can have at most 16 commits in flight.
+/// Connections the bare baseline shares among its workers: as many as each of the proxy's two
+/// store pools holds (`POOL_SIZE` in `store/postgres.rs`), so both can have at most 16
+/// WAL-flushing commits in flight.
 const BARE_CONNECTIONS: usize = 16;
 
 async fn connect(url: &str) -> Result<tokio_postgres::Client, String> {

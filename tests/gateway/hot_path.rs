@@ -26,13 +26,14 @@ async fn ops_of_one_call(mcp: &Mcp, log: &OpLog) -> Vec<String> {
 /// The checks of a `tools/call` in GitHub-token mode, in order: the token and its family
 /// (revocation), the person's standing (`[access]`), then their grant and this agent's
 /// allowance. None is cached: each is what a revocation on any replica changes, and the
-/// next request must see it (see SECURITY.md).
-const CALL_READS: [&str; 5] = [
+/// next request must see it (see SECURITY.md). The grant and the allowance depend on nothing
+/// but the token's person and client, so they are read together: one statement on
+/// PostgreSQL instead of two (issue 17).
+const CALL_READS: [&str; 4] = [
     "get access_tokens",
     "get refresh_families",
     "get standing",
-    "get grants",
-    "get allowances",
+    "get_many grants allowances",
 ];
 
 #[tokio::test]

@@ -53,6 +53,15 @@ impl Store for LoggingStore {
         self.log.push("get", Some(ks));
         self.inner.get(ks, key).await
     }
+    async fn get_many(
+        &self,
+        keys: &[(Keyspace, &str)],
+    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+        let names: Vec<&str> = keys.iter().map(|(ks, _)| ks.name()).collect();
+        self.log
+            .push(&format!("get_many {}", names.join(" ")), None);
+        self.inner.get_many(keys).await
+    }
     async fn insert_new(
         &self,
         ks: Keyspace,

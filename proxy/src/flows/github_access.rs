@@ -73,14 +73,14 @@ pub async fn for_agent(
     client: &ClientId,
     scopes: &ScopeSet,
 ) -> Result<Access, FlowError> {
-    // One read of the grant serves both the status and the token (a `/mcp` call is hot).
-    let grant = app.grants.get(user).await?;
+    // One read of the grant serves both the status and the token, and it is made together
+    // with the allowance's (a `/mcp` call is hot: one round trip on PostgreSQL, not two).
+    let (grant, allowance) = allowances::with_grant(app.store.as_ref(), user, client).await?;
     let grant = match (app.grants.status_of(grant.as_ref()), grant) {
         (GrantStatus::Usable, Some(g)) => g,
         (GrantStatus::Broken, _) => return Ok(Access::Needs(LinkKind::Reconnect)),
         _ => return Ok(Access::Needs(LinkKind::Connect)),
     };
-    let allowance = allowances::get(app.store.as_ref(), user, client).await?;
     if !allowance.is_some_and(|a| a.scopes.covers(scopes)) {
         return Ok(Access::Needs(LinkKind::Allow));
     }

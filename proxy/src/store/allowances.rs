@@ -1,8 +1,8 @@
 //! Agent allowances: which agents (MCP clients) a person lets use their GitHub account, with
 //! which scopes. Stored under `user|client`; callers see only these typed functions.
 
-use super::records::AllowanceRecord;
-use super::{Keyspace, Store, StoreError, StoreExt};
+use super::records::{AllowanceRecord, GrantRecord};
+use super::{Keyspace, Store, StoreError, StoreExt, decode};
 use crate::ids::{ClientId, UserId};
 
 fn key(user: &UserId, client: &ClientId) -> String {
@@ -23,6 +23,29 @@ pub async fn get(
     store
         .get_json(Keyspace::Allowances, &key(user, client))
         .await
+}
+
+/// The person's GitHub grant and the allowance of `client` for them, read together (one
+/// statement on PostgreSQL: a `tools/call` needs both, and neither read depends on the other).
+pub async fn with_grant(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<(Option<GrantRecord>, Option<AllowanceRecord>), StoreError> {
+    let allowance = key(user, client);
+    let mut found = store
+        .get_many(&[super::grants::at(user), (Keyspace::Allowances, &allowance)])
+        .await?
+        .into_iter();
+    let (grant, allowance) = (found.next().flatten(), found.next().flatten());
+    Ok((
+        grant
+            .map(|v| decode(Keyspace::Grants, &v.value))
+            .transpose()?,
+        allowance
+            .map(|v| decode(Keyspace::Allowances, &v.value))
+            .transpose()?,
+    ))
 }
 
 /// Stores (replaces) an allowance.

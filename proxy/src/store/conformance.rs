@@ -28,6 +28,126 @@ pub(crate) async fn run(store: Arc<dyn Store>, clock: Arc<ManualClock>) {
         .await;
     an_assertion_jti_is_used_once_under_concurrency_until_it_expires(store.clone(), clock.clone())
         .await;
+    get_many_answers_each_key_in_order_as_get_would(store.clone(), clock.clone()).await;
+    batched_requests_see_their_own_writes_and_races_between_them_have_one_winner(store.clone())
+        .await;
+}
+
+async fn get_many_answers_each_key_in_order_as_get_would(
+    s: Arc<dyn Store>,
+    clock: Arc<ManualClock>,
+) {
+    let now = crate::clock::Clock::now(&*clock).0;
+    s.put(Keyspace::Grants, "gm|u", b"grant".to_vec(), None)
+        .await
+        .unwrap();
+    s.put(Keyspace::Allowances, "gm|u|c", b"allowed".to_vec(), None)
+        .await
+        .unwrap();
+    s.put(
+        Keyspace::Allowances,
+        "gm|u|old",
+        b"x".to_vec(),
+        Some(UnixTime(now + 1)),
+    )
+    .await
+    .unwrap();
+    clock.advance(2);
+    let keys = [
+        (Keyspace::Allowances, "gm|u|c"),
+        (Keyspace::Grants, "gm|missing"),
+        (Keyspace::Grants, "gm|u"),
+        // The same key in another keyspace is another record.
+        (Keyspace::Allowances, "gm|u"),
+        (Keyspace::Allowances, "gm|u|old"),
+        // Keys LIKE would treat as patterns match only themselves.
+        (Keyspace::Grants, "gm|_"),
+    ];
+    let got: Vec<Option<Vec<u8>>> = s
+        .get_many(&keys)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|v| v.map(|v| v.value))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            Some(b"allowed".to_vec()),
+            None,
+            Some(b"grant".to_vec()),
+            None,
+            None,
+            None
+        ]
+    );
+    for (i, (ks, key)) in keys.iter().enumerate() {
+        assert_eq!(
+            s.get(*ks, key).await.unwrap().map(|v| v.value),
+            got[i],
+            "{key}"
+        );
+    }
+    assert!(s.get_many(&[]).await.unwrap().is_empty());
+}
+
+/// Inside `batched` a write may skip waiting for its own flush (sled) or commit without waiting
+/// for the WAL flush (PostgreSQL): it must still be atomic and visible at once, so the request
+/// reads what it wrote, and of two requests racing on one code or one refresh family the one
+/// that lost still loses.
+async fn batched_requests_see_their_own_writes_and_races_between_them_have_one_winner(
+    s: Arc<dyn Store>,
+) {
+    let own = super::batched(&s, async {
+        s.put(Keyspace::Transactions, "b|own", b"mine".to_vec(), None)
+            .await
+            .unwrap();
+        s.get(Keyspace::Transactions, "b|own").await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(own.map(|v| v.value), Some(b"mine".to_vec()));
+
+    s.put(Keyspace::Codes, "b|code", b"v".to_vec(), None)
+        .await
+        .unwrap();
+    s.put(Keyspace::RefreshFamilies, "b|fam", b"0".to_vec(), None)
+        .await
+        .unwrap();
+    let v = s
+        .get(Keyspace::RefreshFamilies, "b|fam")
+        .await
+        .unwrap()
+        .unwrap();
+    let mut handles = Vec::new();
+    for i in 0..16u8 {
+        let (s, v) = (s.clone(), v.clone());
+        handles.push(tokio::spawn(async move {
+            let shared = s.clone();
+            super::batched(&shared, async move {
+                let took = s.take(Keyspace::Codes, "b|code").await.unwrap().is_some();
+                let next = Versioned {
+                    value: vec![i],
+                    expires_at: None,
+                };
+                let swapped = s
+                    .compare_and_swap(Keyspace::RefreshFamilies, "b|fam", &v, Some(next))
+                    .await
+                    .unwrap();
+                (took, swapped)
+            })
+            .await
+            .unwrap()
+        }));
+    }
+    let (mut took, mut swapped) = (0, 0);
+    for h in handles {
+        let (t, w) = h.await.unwrap();
+        took += usize::from(t);
+        swapped += usize::from(w);
+    }
+    assert_eq!((took, swapped), (1, 1), "exactly one take and one swap win");
+    assert!(s.get(Keyspace::Codes, "b|code").await.unwrap().is_none());
 }
 
 async fn put_many_writes_every_row_and_the_last_value_of_a_repeated_key(

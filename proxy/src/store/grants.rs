@@ -17,6 +17,12 @@ pub async fn get(store: &dyn Store, user: &UserId) -> Result<Option<GrantRecord>
     store.get_json(Keyspace::Grants, user.as_str()).await
 }
 
+/// Where the person's grant is stored, for a read batched with others
+/// ([`super::allowances::with_grant`]).
+pub(super) fn at(user: &UserId) -> (Keyspace, &str) {
+    (Keyspace::Grants, user.as_str())
+}
+
 /// The person's grant, held for one conditional write (see [`Held`]).
 pub async fn hold(
     store: &dyn Store,

@@ -52,6 +52,12 @@ impl Store for MeteredStore {
     async fn get(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError> {
         timed!(self, "get", self.inner.get(ks, key))
     }
+    async fn get_many(
+        &self,
+        keys: &[(Keyspace, &str)],
+    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+        timed!(self, "get_many", self.inner.get_many(keys))
+    }
     async fn insert_new(
         &self,
         ks: Keyspace,

@@ -5,9 +5,10 @@
 //!
 //! The one exception is a request run inside [`batched`]: its writes skip their own flush and
 //! `batched` makes them all durable with one [`Store::flush`] before it hands back the
-//! response. A flush covers every write made before it began (sled's log is one sequence), so
-//! the response still goes out only after every write of the request is on disk; what changes
-//! is that a request pays for one flush instead of one per write.
+//! response. A flush covers every write made before it began (sled's log is one sequence, and
+//! so is PostgreSQL's WAL), so the response still goes out only after every write of the
+//! request is on disk; what changes is that a request pays for one flush instead of one per
+//! write.
 //!
 //! Callers outside this module use the typed repositories below, one per record family: they
 //! name ids, tokens and records, never a [`Keyspace`] or a key string, so every key layout is
@@ -223,6 +224,20 @@ pub struct Versioned {
 pub trait Store: Send + Sync + 'static {
     /// Reads a live record.
     async fn get(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError>;
+    /// Reads several live records, of any keyspaces, each as [`Store::get`] would: the
+    /// answers in the order asked. For reads that do not depend on each other: one statement
+    /// on PostgreSQL (one round trip instead of one per record). The default reads them one
+    /// by one.
+    async fn get_many(
+        &self,
+        keys: &[(Keyspace, &str)],
+    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (ks, key) in keys {
+            out.push(self.get(*ks, key).await?);
+        }
+        Ok(out)
+    }
     /// Writes a record unless a live one exists; true if written.
     async fn insert_new(
         &self,
@@ -330,6 +345,17 @@ pub fn write_is_batched() -> bool {
             }
             open
         })
+        .unwrap_or(false)
+}
+
+/// Whether a write made now falls inside an open [`batched`] request, without noting a write:
+/// for a store that must choose how to make the write before it knows whether the write will
+/// change anything (PostgreSQL picks a connection that commits without waiting for the WAL
+/// flush). A store that then changed something still asks [`write_is_batched`], which notes
+/// that the request's final flush is owed.
+pub fn batch_open() -> bool {
+    BATCH
+        .try_with(|b| !b.closed.load(Ordering::Acquire))
         .unwrap_or(false)
 }
 
