@@ -567,10 +567,9 @@ async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_th
     let before = proxy.backend().requests().len();
     let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete_repo","arguments":{"owner":"acme","repo":"x"#;
     let deep = format!(
-        "{}{}\"}}}}{}",
-        call,
-        "",
-        ",\"pad\":".to_owned() + &"[".repeat(200) + &"]".repeat(200) + "}"
+        "{call}\"}}}},\"pad\":{}{}}}",
+        "[".repeat(200),
+        "]".repeat(200)
     );
     for (what, body) in [
         // A lone surrogate: serde_json refuses it, many parsers accept it.
@@ -587,7 +586,7 @@ async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_th
         ),
         // An invalid UTF-8 byte in a string.
         ("invalid UTF-8", {
-            let mut b = format!("{call}").into_bytes();
+            let mut b = call.as_bytes().to_vec();
             b.push(0xff);
             b.extend_from_slice(b"\"}}}");
             b
@@ -598,10 +597,7 @@ async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_th
         assert_eq!(msg["error"]["code"], -32700, "{what}: {msg}");
     }
     // `method` twice: serde_json reads the last (`ping`), a first-wins parser `tools/call`.
-    let twice = format!(
-        "{}\"}}}},\"method\":\"ping\"}}",
-        call.replacen("\"id\":9,", "\"id\":9,", 1)
-    );
+    let twice = format!("{call}\"}}}},\"method\":\"ping\"}}");
     let (status, msg) = raw_post(&proxy, &alice.mcp.token, twice.into_bytes(), "delete_repo").await;
     assert_eq!(status, 200);
     assert_eq!(msg["error"]["code"], -32602, "{msg}");
