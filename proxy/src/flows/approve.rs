@@ -9,12 +9,12 @@
 use consent_ui::{ApprovePage, ArgumentView};
 use serde_json::Value;
 
-use super::account::{self, AccountForm, AccountOutcome};
+use super::account::AccountForm;
+use super::connect::{LinkOutcome, owner_or};
 use super::consent::CONFIRM_MIN_MS;
 use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
-use crate::bindings::connect_link::Opened;
 use crate::bindings::connect_link::approval::{self, ApprovalOpenedBy};
 use crate::csrf;
 use crate::oauth::request::Params;
@@ -28,69 +28,25 @@ const FOLD_LINES: usize = 6;
 /// Characters of a folded value's head.
 const HEAD_CHARS: usize = 60;
 
-/// What the browser gets.
-#[derive(Debug)]
-pub enum ApproveOutcome {
-    /// The link's page (or its confirmation step).
-    Page(Box<ApprovePage>),
-    /// Go to GitHub to sign in, with the flow cookie.
-    GitHub {
-        /// URL.
-        url: String,
-        /// `Set-Cookie`.
-        set_cookie: String,
-    },
-    /// Answered: a message page.
-    Message(&'static str, String),
-}
+/// What an approval link's page leads to.
+pub type ApproveOutcome = LinkOutcome<ApprovePage>;
 
-/// Runs the opener checks; every outcome other than the owner ends here.
+/// Runs the opener checks (the connect-link ones); every outcome other than the owner ends
+/// here. A wrong person is audited as for a connect link (and raises the same alert).
 async fn checked(
     app: &App,
     code: &str,
     session: Option<&Session>,
 ) -> Result<Result<ApprovalOpenedBy, ApproveOutcome>, FlowError> {
-    match approval::open(
+    let opened = approval::open(
         app.store.as_ref(),
         code,
         session,
         app.clock.now(),
         app.config.connect.max_sign_in_age_secs,
     )
-    .await?
-    {
-        Opened::NotFound => Err(FlowError::Page(pages::LINK_NOT_FOUND)),
-        Opened::SignIn { link_id } | Opened::Stale { link_id } => {
-            match account::start_sign_in_with(
-                app,
-                ReturnTo::Approve { link_id },
-                Some("select_account"),
-            )
-            .await?
-            {
-                AccountOutcome::SignIn { url, set_cookie } => {
-                    Ok(Err(ApproveOutcome::GitHub { url, set_cookie }))
-                }
-                AccountOutcome::Page(_) => Err(FlowError::Page(pages::LINK_NOT_FOUND)),
-            }
-        }
-        Opened::WrongPerson {
-            link_id,
-            owner,
-            opener,
-        } => {
-            // The same event (and alert) as a connect link opened by the wrong person.
-            app.audit
-                .record(AuditEvent::ConnectLinkRefused {
-                    link_id,
-                    owner,
-                    opener,
-                })
-                .await?;
-            Err(FlowError::Page(pages::LINK_WRONG_PERSON))
-        }
-        Opened::Owner(o) => Ok(Ok(o)),
-    }
+    .await?;
+    owner_or(app, opened, |link_id| ReturnTo::Approve { link_id }).await
 }
 
 fn csrf_binding(s: &Session, link_id: &str) -> String {
@@ -155,7 +111,7 @@ async fn page(
     let link = opened.link();
     let client: Option<ClientRecord> = app.clients.known(&link.client_id).await?;
     let minutes = link.expires_at.since(app.clock.now()).div_ceil(60).max(1);
-    Ok(ApproveOutcome::Page(Box::new(ApprovePage {
+    Ok(LinkOutcome::Page(Box::new(ApprovePage {
         login: s.record().login.as_str().to_owned(),
         agent_name: client.map_or_else(|| "An agent".to_owned(), |c| c.display_name()),
         agent_verified: app.clients.is_configured(&link.client_id),
@@ -268,14 +224,14 @@ pub async fn act(
         })
         .await?;
     Ok(match answer {
-        ApprovalAnswer::Approved => ApproveOutcome::Message(
+        ApprovalAnswer::Approved => LinkOutcome::Message(
             "Approved",
             format!(
                 "The call to {} is approved, once. Go back to your agent: its next try of this exact call will run. You can close this tab.",
                 link.tool
             ),
         ),
-        ApprovalAnswer::Denied => ApproveOutcome::Message(
+        ApprovalAnswer::Denied => LinkOutcome::Message(
             "Denied",
             format!(
                 "The call to {} was not run and will not be. Go back to your agent. You can close this tab.",

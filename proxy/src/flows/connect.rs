@@ -20,11 +20,11 @@ use crate::oauth::request::Params;
 use crate::session::{self, Session};
 use crate::store::records::{ClientRecord, FlowPurpose, LinkKind, ReturnTo};
 
-/// What the browser gets.
+/// What the browser gets from a link's page (`P`: the page of its kind).
 #[derive(Debug)]
-pub enum ConnectOutcome {
+pub enum LinkOutcome<P> {
     /// The link's page.
-    Page(Box<ConnectPage>),
+    Page(Box<P>),
     /// Go to GitHub (to sign in, or to connect), with the flow cookie.
     GitHub {
         /// URL.
@@ -36,38 +36,25 @@ pub enum ConnectOutcome {
     Message(&'static str, String),
 }
 
-async fn agent_name(app: &App, client: &crate::ids::ClientId) -> Result<String, FlowError> {
-    let c: Option<ClientRecord> = app.clients.known(client).await?;
-    Ok(c.map_or_else(|| "An agent".to_owned(), |c| c.display_name()))
-}
+/// What a connect link's page leads to.
+pub type ConnectOutcome = LinkOutcome<ConnectPage>;
 
-/// Runs the opener checks; every outcome other than the owner ends here.
-async fn checked(
+/// The outcome of the opener checks for any kind of link (`bindings::connect_link`): its
+/// owner's witness, or what the browser gets instead — a sign-in that returns to the link
+/// (`return_to`), the uniform 404, or the wrong-person page (audited, and alerted on).
+pub(super) async fn owner_or<T, P>(
     app: &App,
-    code: &str,
-    session: Option<&Session>,
-) -> Result<Result<OpenedBy, ConnectOutcome>, FlowError> {
-    let now = app.clock.now();
-    match connect_link::open(
-        app.store.as_ref(),
-        code,
-        session,
-        now,
-        app.config.connect.max_sign_in_age_secs,
-    )
-    .await?
-    {
+    opened: Opened<T>,
+    return_to: impl FnOnce(String) -> ReturnTo,
+) -> Result<Result<T, LinkOutcome<P>>, FlowError> {
+    match opened {
         Opened::NotFound => Err(FlowError::Page(pages::LINK_NOT_FOUND)),
         Opened::SignIn { link_id } | Opened::Stale { link_id } => {
-            match account::start_sign_in_with(
-                app,
-                ReturnTo::Connect { link_id },
-                Some("select_account"),
-            )
-            .await?
+            match account::start_sign_in_with(app, return_to(link_id), Some("select_account"))
+                .await?
             {
                 AccountOutcome::SignIn { url, set_cookie } => {
-                    Ok(Err(ConnectOutcome::GitHub { url, set_cookie }))
+                    Ok(Err(LinkOutcome::GitHub { url, set_cookie }))
                 }
                 AccountOutcome::Page(_) => Err(FlowError::Page(pages::LINK_NOT_FOUND)),
             }
@@ -88,6 +75,28 @@ async fn checked(
         }
         Opened::Owner(o) => Ok(Ok(o)),
     }
+}
+
+async fn agent_name(app: &App, client: &crate::ids::ClientId) -> Result<String, FlowError> {
+    let c: Option<ClientRecord> = app.clients.known(client).await?;
+    Ok(c.map_or_else(|| "An agent".to_owned(), |c| c.display_name()))
+}
+
+/// Runs the opener checks; every outcome other than the owner ends here.
+async fn checked(
+    app: &App,
+    code: &str,
+    session: Option<&Session>,
+) -> Result<Result<OpenedBy, ConnectOutcome>, FlowError> {
+    let opened = connect_link::open(
+        app.store.as_ref(),
+        code,
+        session,
+        app.clock.now(),
+        app.config.connect.max_sign_in_age_secs,
+    )
+    .await?;
+    owner_or(app, opened, |link_id| ReturnTo::Connect { link_id }).await
 }
 
 fn csrf_binding(s: &Session, link_id: &str) -> String {

@@ -12,9 +12,9 @@ use super::headers::CSP_CONSENT;
 use crate::app::App;
 use crate::cookies;
 use crate::flows::account::{self, AccountForm, AccountOutcome};
-use crate::flows::approve::{self, ApproveOutcome};
+use crate::flows::approve;
 use crate::flows::authorize::{self, AuthorizeInput, AuthorizeOutcome};
-use crate::flows::connect::{self, ConnectOutcome};
+use crate::flows::connect::{self, LinkOutcome};
 use crate::flows::consent::{self, ConsentInput, ConsentOutcome};
 use crate::flows::{FlowError, callback, pages};
 
@@ -132,7 +132,7 @@ pub async fn connect_show(
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let session = cookies::read(&headers, cookies::SESSION_COOKIE);
-    Ok(connect_response(
+    Ok(link_response(
         connect::show(&app, &code, session.as_deref()).await?,
     ))
 }
@@ -151,12 +151,13 @@ pub async fn connect_act(
         account_form(&headers, session.as_deref(), form(&body)?),
     )
     .await?;
-    Ok(connect_response(out))
+    Ok(link_response(out))
 }
 
-fn connect_response(out: ConnectOutcome) -> Response {
+/// A link's page (connect or approval) and what follows it.
+fn link_response<P: std::fmt::Display>(out: LinkOutcome<P>) -> Response {
     match out {
-        ConnectOutcome::Page(p) => {
+        LinkOutcome::Page(p) => {
             let mut resp = render(*p).into_response();
             // The form redirects to GitHub: no form-action (see headers.rs).
             resp.headers_mut().insert(
@@ -165,10 +166,10 @@ fn connect_response(out: ConnectOutcome) -> Response {
             );
             resp
         }
-        ConnectOutcome::GitHub { url, set_cookie } => {
+        LinkOutcome::GitHub { url, set_cookie } => {
             with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
         }
-        ConnectOutcome::Message(title, message) => render(consent_ui::MessagePage {
+        LinkOutcome::Message(title, message) => render(consent_ui::MessagePage {
             title: title.to_owned(),
             message,
         })
@@ -183,7 +184,7 @@ pub async fn approve_show(
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let session = cookies::read(&headers, cookies::SESSION_COOKIE);
-    Ok(approve_response(
+    Ok(link_response(
         approve::show(&app, &code, session.as_deref()).await?,
     ))
 }
@@ -202,29 +203,7 @@ pub async fn approve_act(
         account_form(&headers, session.as_deref(), form(&body)?),
     )
     .await?;
-    Ok(approve_response(out))
-}
-
-fn approve_response(out: ApproveOutcome) -> Response {
-    match out {
-        ApproveOutcome::Page(p) => {
-            let mut resp = render(*p).into_response();
-            // The consent page's script, allowed by its hash (same CSP as the connect page).
-            resp.headers_mut().insert(
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CSP_CONSENT),
-            );
-            resp
-        }
-        ApproveOutcome::GitHub { url, set_cookie } => {
-            with_cookies(Redirect::to(&url).into_response(), &[set_cookie])
-        }
-        ApproveOutcome::Message(title, message) => render(consent_ui::MessagePage {
-            title: title.to_owned(),
-            message,
-        })
-        .into_response(),
-    }
+    Ok(link_response(out))
 }
 
 /// `POST /account/disconnect`.
