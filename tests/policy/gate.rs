@@ -668,3 +668,42 @@ async fn a_denied_call_creates_no_connect_link_even_when_github_access_is_missin
     let (_, msg) = alice.mcp.call_tool("whoami", json!({})).await;
     assert!(msg.to_string().contains("/connect/"), "{msg}");
 }
+
+/// The SIGHUP path in process (`run::reload_config`, what the signal handler calls), seen from
+/// tool calls: a file with a broken policy changes nothing, a good one applies to the next call.
+#[tokio::test]
+async fn bad_policy_on_reload_keeps_denying_and_a_good_one_applies_to_the_next_call() {
+    let proxy = TestProxy::start_with(opts()).await;
+    let alice = Person::with_agent(&proxy, "alice", "Repo Helper", "2026-07-28").await;
+    let args = json!({"owner": "acme", "repo": "site"});
+    let denied = |msg: &Value| {
+        msg["result"]["content"][0]["text"]
+            .to_string()
+            .contains("no-deletes")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    let env = std::collections::HashMap::<String, String>::new();
+
+    let broken = proxy
+        .toml
+        .replace(r#"tools = ["delete_*"]"#, r#"tools = ["delete_[oops"]"#);
+    assert_ne!(broken, proxy.toml);
+    std::fs::write(&path, &broken).unwrap();
+    mcp_oauth_proxy::run::reload_config(&proxy.app, &path, &env);
+    let (_, msg) = alice.mcp.call_tool("delete_repo", args.clone()).await;
+    assert!(denied(&msg), "the current policy stays: {msg}");
+    assert_eq!(backend_calls(&proxy, "delete_repo"), 0);
+
+    let allowing = proxy
+        .toml
+        .replace(r#"decision = "deny""#, r#"decision = "allow""#);
+    std::fs::write(&path, &allowing).unwrap();
+    mcp_oauth_proxy::run::reload_config(&proxy.app, &path, &env);
+    let (_, msg) = alice.mcp.call_tool("delete_repo", args).await;
+    assert_eq!(
+        msg["result"]["isError"], false,
+        "the new policy applies: {msg}"
+    );
+    assert_eq!(backend_calls(&proxy, "delete_repo"), 1);
+}

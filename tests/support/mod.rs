@@ -40,6 +40,8 @@ pub struct TestProxy {
     pub github: FakeGitHub,
     /// The demo MCP backend, if started.
     pub backend: Option<DemoBackend>,
+    /// The configuration it was started with, as TOML (a reload test rewrites a file of it).
+    pub toml: String,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -234,6 +236,7 @@ path = "/nonexistent-tests-use-a-temporary-store"
                 }),
         );
         let config = Config::from_toml(&toml, &std::collections::HashMap::new()).unwrap();
+        let started_with = toml.clone();
         // The fake GitHub keeps real time; start the proxy's clock there and move it by hand.
         let clock = ManualClock::new(SystemClock.now());
         let use_pg = opts.postgres || opts.replica_of.is_some() || postgres_selected();
@@ -290,6 +293,7 @@ path = "/nonexistent-tests-use-a-temporary-store"
             clock,
             github,
             backend,
+            toml: started_with,
             _stop: tx,
         }
     }
