@@ -49,6 +49,9 @@ pub struct PersonFacts {
     pub login: Option<String>,
     /// Active memberships among those the policy asks about: `acme`, `acme/platform`.
     pub memberships: Vec<String>,
+    /// The questions GitHub answered for `memberships` (same form): an org or team outside
+    /// them is unknown to the policy, which then never lets a call through on it.
+    pub answered: Vec<String>,
 }
 
 impl PersonFacts {
@@ -56,6 +59,7 @@ impl PersonFacts {
         check.map_or_else(PersonFacts::default, |c| PersonFacts {
             login: c.login.clone(),
             memberships: c.memberships.clone(),
+            answered: c.asked.clone(),
         })
     }
 }
@@ -266,8 +270,11 @@ pub async fn standing(app: &App, user: &UserId) -> Result<(Verdict, PersonFacts)
         // or commit before the request goes on. Later requests read it to skip asking GitHub
         // until `recheck_secs`; lost, they would only ask again (and the unreachable grace
         // would count from an older answer), so it never admits more than GitHub said.
-        // The policy's facts stay as last known (without a token no tool call reaches the
-        // backend); the questions count as asked, so they are not re-tried on every request.
+        // The policy's facts stay as last known, and so do the questions they answer: one
+        // never asked stays unknown (and a restricting rule on it matches, see
+        // `tool_policy::Caller::answered`). The attempt is not repeated on every request:
+        // `Needs::outdated` waits for an answered check, and the next one is `recheck_secs`
+        // away.
         let standing = last.as_ref().map_or(Standing::Admitted, |c| c.standing);
         let check = StandingCheck {
             standing,
@@ -275,7 +282,6 @@ pub async fn standing(app: &App, user: &UserId) -> Result<(Verdict, PersonFacts)
             verified_at: last
                 .as_ref()
                 .map_or(now, |c| c.verified_at.max(c.checked_at)),
-            asked: needs.asked.clone(),
             ..last
                 .clone()
                 .unwrap_or_else(|| StandingCheck::new(standing, now, now))

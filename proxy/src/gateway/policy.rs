@@ -102,6 +102,7 @@ fn caller<'a>(user_id: &'a UserId, client_id: &'a ClientId, person: &'a PersonFa
         login: person.login.as_deref(),
         memberships: &person.memberships,
         client_id,
+        answered: Some(&person.answered),
     }
 }
 

@@ -134,6 +134,12 @@ pub struct Caller<'a> {
     pub memberships: &'a [String],
     /// The MCP client the token was issued to.
     pub client_id: &'a ClientId,
+    /// The membership questions `memberships` answers (same form), when that is known: an
+    /// org or team outside it is **unknown** (a reload named it after the person's last
+    /// check), and so is the login when `login` is `None`. An unknown fact counts as matching
+    /// a `deny`, `ask` or `step_up` rule and as not matching an `allow` rule: what the proxy
+    /// has not learnt yet never lets a call through. `None`: every fact is known.
+    pub answered: Option<&'a [String]>,
 }
 
 /// One `tools/call`.

@@ -111,7 +111,21 @@ impl Person {
         }
     }
 
-    fn matches(&self, who: &Caller<'_>) -> bool {
+    /// `None`: the caller's facts do not say (see [`Caller::answered`]).
+    fn matches(&self, who: &Caller<'_>) -> Option<bool> {
+        let answered = |key: &str| {
+            who.answered
+                .is_none_or(|a| a.iter().any(|q| q.eq_ignore_ascii_case(key)))
+        };
+        match self {
+            Person::Login(_) if who.login.is_none() && who.answered.is_some() => None,
+            Person::Org(org) if !answered(org) => None,
+            Person::Team(_, _, key) if !answered(key) => None,
+            _ => Some(self.holds(who)),
+        }
+    }
+
+    fn holds(&self, who: &Caller<'_>) -> bool {
         match self {
             Person::Login(l) => who.login.is_some_and(|x| x.eq_ignore_ascii_case(l)),
             Person::Id(n) => {
@@ -357,8 +371,18 @@ impl Rule {
         }
         let mut matched = vec![format!("tool:{tool}")];
         if !self.people.is_empty() {
-            let p = self.people.iter().find(|p| p.matches(who))?;
-            matched.push(p.label());
+            // An unknown fact never lets a call through: it matches the rules that restrict.
+            let restrictive = !matches!(self.action, Action::Allow);
+            let (p, known) = self.people.iter().find_map(|p| match p.matches(who) {
+                Some(true) => Some((p, true)),
+                None if restrictive => Some((p, false)),
+                _ => None,
+            })?;
+            matched.push(if known {
+                p.label()
+            } else {
+                format!("{}(unknown)", p.label())
+            });
         }
         if !self.clients.is_empty() {
             if !self.clients.iter().any(|c| c == who.client_id.as_str()) {

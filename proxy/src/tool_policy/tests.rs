@@ -48,6 +48,7 @@ impl Who {
             login: self.login.as_deref(),
             memberships: &self.memberships,
             client_id: &self.client,
+            answered: None,
         }
     }
 }
@@ -807,4 +808,51 @@ fn names_logins_only_when_a_rule_names_one() {
         )
         .names_logins()
     );
+}
+
+#[test]
+fn an_unknown_membership_matches_rules_that_restrict_and_never_rules_that_allow() {
+    let p = policy(
+        r#"
+[[policy]]
+id = "contractors-read-only"
+tools = ["create_*"]
+people = ["team:acme/contractors"]
+decision = "deny"
+
+[[policy]]
+id = "platform-may-delete"
+tools = ["delete_*"]
+people = ["org:acme"]
+decision = "allow"
+
+[policy_defaults]
+decision = "deny"
+"#,
+    );
+    let who = Who::new();
+    let call = |name: &str, answered: &[String]| {
+        let c = Caller {
+            answered: Some(answered),
+            ..who.caller()
+        };
+        p.decide(
+            &c,
+            &ToolCall {
+                name,
+                arguments: None,
+            },
+        )
+    };
+    // Never asked about (a reload named them after the last check): the deny holds, the
+    // allow does not open.
+    let d = call("create_issue", &[]);
+    assert_eq!(d.rule_id.as_deref(), Some("contractors-read-only"));
+    assert!(d.matched.iter().any(|m| m.ends_with("(unknown)")), "{d:?}");
+    assert_eq!(call("delete_repo", &[]).rule_id, None, "default deny");
+    // Asked and answered "not a member": neither rule matches.
+    let known = vec!["acme/contractors".to_owned(), "acme".to_owned()];
+    assert_eq!(call("create_issue", &known).action, Action::Deny);
+    assert_eq!(call("create_issue", &known).rule_id, None);
+    assert_eq!(call("delete_repo", &known).rule_id, None);
 }

@@ -55,6 +55,7 @@ fn who<'a>(user: &'a UserId, memberships: &'a [String], client: &'a ClientId) ->
         login: Some("OctoCat"),
         memberships,
         client_id: client,
+        answered: None,
     }
 }
 
