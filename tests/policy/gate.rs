@@ -707,3 +707,39 @@ async fn bad_policy_on_reload_keeps_denying_and_a_good_one_applies_to_the_next_c
     );
     assert_eq!(backend_calls(&proxy, "delete_repo"), 1);
 }
+
+#[tokio::test]
+async fn an_approved_call_reaches_the_backend_as_the_page_showed_it() {
+    let proxy = TestProxy::start_with(opts()).await;
+    let alice = Person::with_agent(&proxy, "alice", "Repo Helper", "2026-07-28").await;
+    // A number serde_json reads as 1e23, which another parser may read as an exact integer.
+    let raw = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_issue","arguments":{"owner":"acme","repo":"site","title":"t","count":99999999999999999999999}}}"#;
+    let (_, held) = raw_post(
+        &proxy,
+        &alice.mcp.token,
+        raw.as_bytes().to_vec(),
+        "create_issue",
+    )
+    .await;
+    let link = link_in(&held);
+    let page = alice.open(&link).await;
+    assert!(page.body.contains("1e+23"), "{}", page.body);
+    assert_eq!(
+        alice.decide(&proxy, &link, &page, "approve").await.status,
+        200
+    );
+    let (_, done) = raw_post(
+        &proxy,
+        &alice.mcp.token,
+        raw.as_bytes().to_vec(),
+        "create_issue",
+    )
+    .await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    let forwarded = proxy.backend().requests().pop().unwrap();
+    assert!(
+        forwarded.body.contains("1e+23") && !forwarded.body.contains("99999999999999999999999"),
+        "{}",
+        forwarded.body
+    );
+}

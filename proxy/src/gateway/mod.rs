@@ -383,6 +383,12 @@ pub async fn handle(
     if let Some(stripped) = own_state_stripped(&req.body, &inbound) {
         // Our own requestState served its purpose; the backend never issued it.
         req.body = stripped;
+    } else if permitted.approved()
+        && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&req.body)
+        && let Ok(bytes) = serde_json::to_vec(&v)
+    {
+        // The approved call as the page showed it (`Permitted::approved`).
+        req.body = Bytes::from(bytes);
     }
     let is_delete = req.method == Method::DELETE;
     let method = req.method.clone();

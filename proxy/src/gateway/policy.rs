@@ -47,18 +47,26 @@ pub const DEFAULTS_ID: &str = "policy_defaults";
 /// use mcp_oauth_proxy::gateway::policy::Permitted;
 /// // Private fields: a request cannot be declared permitted outside this module.
 /// fn forge() -> Permitted {
-///     Permitted { list_filter: None }
+///     Permitted { list_filter: None, approved: true }
 /// }
 /// ```
 #[derive(Debug)]
 pub struct Permitted {
     list_filter: Option<ListFilter>,
+    approved: bool,
 }
 
 impl Permitted {
     /// For a `tools/list`: what its answer must lose.
     pub fn list_filter(&self) -> Option<&ListFilter> {
         self.list_filter.as_ref()
+    }
+
+    /// A call its person approved: forward it as the page showed it (serde_json's reading
+    /// of the body, re-serialized), so a number or string spelt in a way another parser reads
+    /// differently never reaches the backend in a form the person did not see.
+    pub fn approved(&self) -> bool {
+        self.approved
     }
 }
 
@@ -118,7 +126,10 @@ pub enum Gate {
 }
 
 fn pass(list_filter: Option<ListFilter>) -> Gate {
-    Gate::Pass(Permitted { list_filter })
+    Gate::Pass(Permitted {
+        list_filter,
+        approved: false,
+    })
 }
 
 /// A JSON-RPC error for a request the gateway refuses to read further.
@@ -430,7 +441,10 @@ pub async fn redeem(
     .is_some()
     {
         app.audit.record(event("approval_used")).await?;
-        return Ok(pass(None));
+        return Ok(Gate::Pass(Permitted {
+            list_filter: None,
+            approved: true,
+        }));
     }
     let arguments = inbound.params.as_ref().and_then(|p| p.get("arguments"));
     let answer = ask(app, token, &held, arguments, inbound, context).await?;
