@@ -611,6 +611,22 @@ async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_th
     )
     .await;
     assert_eq!(status, 400, "{msg}");
+    // `Mcp-Name` mirrors `params.uri` for resources/read: an honest one is not refused.
+    let read = http()
+        .post(proxy.url("/mcp"))
+        .bearer_auth(&alice.mcp.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "resources/read")
+        .header("mcp-name", "repo://acme/site")
+        .body(r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"repo://acme/site"}}"#)
+        .send()
+        .await
+        .unwrap();
+    let read: Value = read.json().await.unwrap_or(Value::Null);
+    assert_ne!(read["error"]["code"], -32020, "{read}");
+    let before = proxy.backend().requests().len();
     // Another method, or a body on GET: refused.
     let put = http()
         .put(proxy.url("/mcp"))

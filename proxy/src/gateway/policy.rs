@@ -167,27 +167,44 @@ pub struct Held {
     decision: Decision,
 }
 
-/// Headers a 2026-07-28 client mirrors from its body. When they are present they must say what
-/// the body says: a backend or an intermediary routing on them would act on something other
-/// than what the policy decided.
-const MIRRORED: [(&str, &str); 2] = [("mcp-method", "method"), ("mcp-name", "name")];
-
+/// Whether a 2026-07-28 client's mirrored `Mcp-Method` / `Mcp-Name` headers, when present,
+/// say something other than the body (`Mcp-Name` mirrors `params.name`, or `params.uri` for
+/// `resources/read`; a non-ASCII value comes as `=?base64?…?=`). A backend or an intermediary
+/// routing on them would act on something other than what the policy decided.
 fn mirrors_disagree(headers: &HeaderMap, inbound: &Inbound) -> bool {
-    MIRRORED.iter().any(|(header, field)| {
-        let Some(sent) = headers.get(*header) else {
-            return false;
-        };
-        let body = match *field {
-            "method" => inbound.method.as_deref(),
-            _ => inbound
-                .params
-                .as_ref()
-                .and_then(|p| p.get("name"))
-                .and_then(Value::as_str),
-        };
-        sent.to_str().ok() != body
-    })
+    let decoded = |v: &http::HeaderValue| -> Option<String> {
+        let text = v.to_str().ok()?;
+        match text
+            .strip_prefix("=?base64?")
+            .and_then(|r| r.strip_suffix("?="))
+        {
+            Some(b64) => String::from_utf8(crate::crypto::b64_decode(b64)?).ok(),
+            None => Some(text.to_owned()),
+        }
+    };
+    let field = |name: &str| {
+        inbound
+            .params
+            .as_ref()
+            .and_then(|p| p.get(name))
+            .and_then(Value::as_str)
+    };
+    let method_differs = headers
+        .get("mcp-method")
+        .is_some_and(|v| decoded(v).as_deref() != inbound.method.as_deref());
+    let named = if inbound.method.as_deref() == Some("resources/read") {
+        field("uri")
+    } else {
+        field("name")
+    };
+    let name_differs = headers
+        .get("mcp-name")
+        .is_some_and(|v| decoded(v).as_deref() != named);
+    method_differs || name_differs
 }
+
+/// JSON-RPC error of a mirrored header that disagrees with the body (MCP 2026-07-28).
+const HEADER_MISMATCH: i64 = -32020;
 
 /// Applies the policy to one request, up to what needs no store: refusals before any rule
 /// (methods, bodies the gateway cannot read unambiguously), `tools/list` filtering, and each
@@ -284,7 +301,7 @@ pub async fn gate(
             http::StatusCode::BAD_REQUEST,
             Some(json_rpc_error(
                 id,
-                -32600,
+                HEADER_MISMATCH,
                 "Mcp-Method or Mcp-Name does not say what the body says",
             )),
         );
