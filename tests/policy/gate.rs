@@ -564,7 +564,6 @@ async fn raw_post(proxy: &TestProxy, token: &str, body: Vec<u8>, name: &str) -> 
 async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_the_rules() {
     let proxy = TestProxy::start_with(opts()).await;
     let alice = Person::with_agent(&proxy, "alice", "Repo Helper", "2026-07-28").await;
-    let before = proxy.backend().requests().len();
     let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delete_repo","arguments":{"owner":"acme","repo":"x"#;
     let deep = format!(
         "{call}\"}}}},\"pad\":{}{}}}",
