@@ -758,3 +758,21 @@ async fn an_approved_call_reaches_the_backend_as_the_page_showed_it() {
         forwarded.body
     );
 }
+
+#[tokio::test]
+async fn a_denied_call_creates_no_reconnect_link_when_github_stopped_honouring_the_token() {
+    let proxy = TestProxy::start_with(opts()).await;
+    let alice = Person::with_agent(&proxy, "alice", "Repo Helper", "2026-07-28").await;
+    // GitHub revokes the app's token; the standing check learns it.
+    proxy.github.revoke_tokens_of("alice");
+    proxy.clock.advance(301);
+    let (_, msg) = alice
+        .mcp
+        .call_tool("delete_repo", json!({"owner": "acme", "repo": "site"}))
+        .await;
+    assert!(msg.to_string().contains("no-deletes"), "{msg}");
+    assert_eq!(proxy.count(Keyspace::ConnectLinks).await, 0);
+    // An allowed call gets the reconnect link.
+    let (_, msg) = alice.mcp.call_tool("whoami", json!({})).await;
+    assert!(msg.to_string().contains("/connect/"), "{msg}");
+}

@@ -377,7 +377,7 @@ mod tests {
             tool: "create_issue".into(),
             rule_id: "policy_defaults".into(),
             decision: "allow",
-            outcome: "forwarded",
+            outcome: "allowed",
             arguments_digest: "d".into(),
             matched: vec![],
         };

@@ -223,7 +223,8 @@ pub enum AuditEvent {
         rule_id: String,
         /// `allow`, `deny`, `ask` or `step_up`.
         decision: &'static str,
-        /// What happened: `forwarded`, `denied`, `hidden`, `step_up_required`,
+        /// What happened: `allowed` (let through to the gateway's next checks), `denied`,
+        /// `hidden`, `step_up_required`,
         /// `approval_requested`, `approval_used`, `approval_declined` (a 2026-07-28 client's
         /// person declined the link), `refused_duplicate_keys`, `refused_tool_name`.
         outcome: &'static str,
@@ -618,7 +619,7 @@ impl AuditEvent {
         match self {
             AuditEvent::UpstreamAction { .. } => true,
             AuditEvent::PolicyDecision { outcome, .. } => {
-                matches!(*outcome, "forwarded" | "approval_used" | "hidden")
+                matches!(*outcome, "allowed" | "approval_used" | "hidden")
             }
             _ => false,
         }
@@ -884,7 +885,7 @@ impl Audit {
         // An upstream action (a `tools/call` and its outcome) is not security state: it is
         // made durable by the background group commit, within the configured window, and the
         // call does not wait for it (issue 17). So is a policy decision that lets a call go on
-        // (`forwarded`, `approval_used`: the approval itself was taken durably) or hides a tool
+        // (`allowed`, `approval_used`: the approval itself was taken durably) or hides a tool
         // from a list: it changes nothing a later request reads. Every other kind (a denial,
         // an approval request, a step-up): durable before this returns.
         if event.group_committed()

@@ -57,7 +57,9 @@ fn csrf_binding(s: &Session, link_id: &str) -> String {
 /// long ones folded. Anything but an object is shown whole under one row.
 pub fn argument_views(arguments: &str) -> Vec<ArgumentView> {
     let view = |name: String, v: &Value| {
-        let name = visible(&name);
+        // Keys JSON-escaped like values, so a key holding `\u{200B}` as text cannot pass
+        // for one holding the character.
+        let name = visible(&serde_json::to_string(&name).unwrap_or_default());
         let value = visible(&serde_json::to_string_pretty(v).unwrap_or_default());
         let long = value.chars().count() > FOLD_CHARS || value.lines().count() > FOLD_LINES;
         let folded = long.then(|| {
@@ -87,7 +89,7 @@ pub fn argument_views(arguments: &str) -> Vec<ArgumentView> {
 fn visible(text: &str) -> String {
     let hidden = |c: char| {
         (c.is_control() && c != '\n')
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
+            || matches!(c, '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}' | '\u{E0000}'..='\u{E0FFF}')
     };
     text.chars()
         .map(|c| {
@@ -250,7 +252,7 @@ mod tests {
         let long = "x".repeat(500);
         let args = serde_json::json!({"owner": "acme", "body": long, "nested": {"a": [1, 2, 3, 4, 5, 6, 7]}});
         let v = argument_views(&args.to_string());
-        let by = |n: &str| v.iter().find(|a| a.name == n).unwrap();
+        let by = |n: &str| v.iter().find(|a| a.name == format!("\"{n}\"")).unwrap();
         assert!(by("owner").folded.is_none());
         assert_eq!(by("owner").value, "\"acme\"");
         assert!(
@@ -266,7 +268,7 @@ mod tests {
         let tricky = serde_json::json!({"path": "safe\u{202E}txt.exe", "b\u{200B}ody": "x"});
         let v = argument_views(&tricky.to_string());
         assert!(v.iter().any(|a| a.value.contains("\\u{202E}")), "{v:?}");
-        assert!(v.iter().any(|a| a.name == "b\\u{200B}ody"), "{v:?}");
+        assert!(v.iter().any(|a| a.name == "\"b\\u{200B}ody\""), "{v:?}");
         assert_eq!(argument_views("[1]").len(), 1);
     }
 }

@@ -209,6 +209,14 @@ async fn filtered_list(
                 ));
             }
             body.extend_from_slice(&chunk);
+            // An SSE stream may stay open after the answer (servers SHOULD close it): stop at
+            // the event that carries it.
+            if sse
+                && (body.ends_with(b"\n\n") || body.ends_with(b"\r\n\r\n"))
+                && tool_list::filter(&body, true, &filter.id, &|_| false).is_ok()
+            {
+                break;
+            }
         }
         Ok(())
     };

@@ -302,20 +302,6 @@ pub async fn handle(
         },
     };
 
-    if standing == Verdict::TokenBroken && inbound.method.as_deref() == Some("tools/call") {
-        // GitHub no longer honours the person's token: a reconnect link, in either backend
-        // mode, whatever the backend would answer (GitHub's own MCP server answers a tool
-        // error with HTTP 200, which the gateway cannot tell from any other).
-        return refuse(
-            app,
-            &token,
-            LinkKind::Reconnect,
-            &req.method,
-            &inbound,
-            context,
-        )
-        .await;
-    }
     // `[[policy]]`, before anything reaches the backend: a call it refuses outright never gets
     // as far as the GitHub-access checks (no connect link, no token refresh for it).
     let held = match policy::gate(
@@ -334,6 +320,20 @@ pub async fn handle(
         policy::Gate::Answer(answer) => return Ok(answer),
         policy::Gate::Held(h) => Err(h),
     };
+    if standing == Verdict::TokenBroken && inbound.method.as_deref() == Some("tools/call") {
+        // GitHub no longer honours the person's token: a reconnect link, in either backend
+        // mode, whatever the backend would answer (GitHub's own MCP server answers a tool
+        // error with HTTP 200, which the gateway cannot tell from any other).
+        return refuse(
+            app,
+            &token,
+            LinkKind::Reconnect,
+            &req.method,
+            &inbound,
+            context,
+        )
+        .await;
+    }
     // GitHub access (reads only, unless an expiring GitHub App token is due).
     let github = match &backend.auth {
         BackendAuth::GitHubToken => {

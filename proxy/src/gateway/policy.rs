@@ -168,8 +168,9 @@ pub struct Held {
 }
 
 /// Whether a 2026-07-28 client's mirrored `Mcp-Method` / `Mcp-Name` headers, when present,
-/// say something other than the body (`Mcp-Name` mirrors `params.name`, or `params.uri` for
-/// `resources/read`; a non-ASCII value comes as `=?base64?…?=`). A backend or an intermediary
+/// say something other than the body, or come more than once (`Mcp-Name` mirrors
+/// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`,
+/// `params.taskId` of `tasks/*`; a non-ASCII value comes as `=?base64?…?=`). A backend or an intermediary
 /// routing on them would act on something other than what the policy decided.
 fn mirrors_disagree(headers: &HeaderMap, inbound: &Inbound) -> bool {
     let decoded = |v: &http::HeaderValue| -> Option<String> {
@@ -189,17 +190,30 @@ fn mirrors_disagree(headers: &HeaderMap, inbound: &Inbound) -> bool {
             .and_then(|p| p.get(name))
             .and_then(Value::as_str)
     };
-    let method_differs = headers
-        .get("mcp-method")
-        .is_some_and(|v| decoded(v).as_deref() != inbound.method.as_deref());
-    let named = if inbound.method.as_deref() == Some("resources/read") {
-        field("uri")
-    } else {
-        field("name")
+    // One value each: a repeated header could say one thing here and another to the backend.
+    let one = |name: &str| -> Result<Option<Option<String>>, ()> {
+        let mut all = headers.get_all(name).iter();
+        match (all.next(), all.next()) {
+            (None, _) => Ok(None),
+            (Some(v), None) => Ok(Some(decoded(v))),
+            (Some(_), Some(_)) => Err(()),
+        }
     };
-    let name_differs = headers
-        .get("mcp-name")
-        .is_some_and(|v| decoded(v).as_deref() != named);
+    let (Ok(method_header), Ok(name_header)) = (one("mcp-method"), one("mcp-name")) else {
+        return true;
+    };
+    let method_differs = method_header.is_some_and(|m| m.as_deref() != inbound.method.as_deref());
+    // What `Mcp-Name` mirrors, by method (MCP 2026-07-28); other methods have none to check.
+    let named = match inbound.method.as_deref() {
+        Some("tools/call" | "prompts/get") => Some(field("name")),
+        Some("resources/read") => Some(field("uri")),
+        Some(m) if m.starts_with("tasks/") => Some(field("taskId")),
+        _ => None,
+    };
+    let name_differs = match (name_header, named) {
+        (Some(sent), Some(body)) => sent.as_deref() != body,
+        _ => false,
+    };
     method_differs || name_differs
 }
 
@@ -343,7 +357,7 @@ pub async fn gate(
     let event = |d: &Decision, outcome: &'static str| decision_event(t, name, &digest, d, outcome);
     match &decision.action {
         Action::Allow => {
-            app.audit.record(event(&decision, "forwarded")).await?;
+            app.audit.record(event(&decision, "allowed")).await?;
             Ok(pass(None))
         }
         Action::Deny => {
@@ -365,7 +379,7 @@ pub async fn gate(
         Action::StepUp { scopes } => {
             let missing = scopes.iter().any(|s| !t.scopes.iter().any(|h| h == s));
             if !missing {
-                app.audit.record(event(&decision, "forwarded")).await?;
+                app.audit.record(event(&decision, "allowed")).await?;
                 return Ok(pass(None));
             }
             app.audit

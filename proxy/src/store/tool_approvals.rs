@@ -263,8 +263,8 @@ pub async fn take_approval(
         .await
 }
 
-/// Forgets `user`'s held calls and unused approvals for `client` (the client was revoked or
-/// deleted, or its person disconnected).
+/// Forgets `user`'s held calls and unused approvals for `client` (the person or an operator
+/// revoked the client for them).
 pub async fn remove_of_agent(
     store: &dyn Store,
     user: &UserId,
