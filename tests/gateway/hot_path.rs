@@ -23,17 +23,15 @@ async fn ops_of_one_call(mcp: &Mcp, log: &OpLog) -> Vec<String> {
     without_audit(log.take())
 }
 
-/// The checks of a `tools/call` in GitHub-token mode, in order: the token and its family
-/// (revocation), the person's standing (`[access]`), then their grant and this agent's
-/// allowance. None is cached: each is what a revocation on any replica changes, and the
-/// next request must see it (see SECURITY.md). The grant and the allowance depend on nothing
-/// but the token's person and client, so they are read together: one statement on
-/// PostgreSQL instead of two (issue 17).
-const CALL_READS: [&str; 4] = [
+/// The checks of a `tools/call` in GitHub-token mode, in order: the token, then its family
+/// (revocation), the person's standing (`[access]`), their grant and this agent's allowance.
+/// None is cached: each is what a revocation on any replica changes, and the next request
+/// must see it (see SECURITY.md). The last four depend on nothing but the token's record, so
+/// they are read together (`store::call_records`): one statement on PostgreSQL after the
+/// token's instead of four (issue 17).
+const CALL_READS: [&str; 2] = [
     "get access_tokens",
-    "get refresh_families",
-    "get standing",
-    "get_many grants allowances",
+    "get_many refresh_families standing grants allowances",
 ];
 
 #[tokio::test]
@@ -65,11 +63,10 @@ async fn a_plain_tools_call_reads_only_its_checks_and_writes_nothing_but_its_aud
         !init.iter().any(|op| op.ends_with("(batched)")),
         "a /mcp write waited for a batch flush: {init:?}"
     );
-    let with_session: Vec<&str> = CALL_READS[..3]
+    let with_session: Vec<&str> = CALL_READS
         .iter()
         .copied()
         .chain(["get mcp_sessions"])
-        .chain(CALL_READS[3..].iter().copied())
         .collect();
     for _ in 0..2 {
         assert_eq!(ops_of_one_call(&mcp, &log).await, with_session);

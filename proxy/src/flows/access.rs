@@ -5,6 +5,7 @@ use crate::app::App;
 use crate::bindings::audience::{self, AudienceRejection, Audienced};
 use crate::ids::AccessToken;
 use crate::oauth::grant;
+use crate::store::call_records::{self, CallRecords};
 use crate::store::records::AccessTokenRecord;
 use crate::store::{StoreError, access_tokens, families};
 
@@ -25,11 +26,11 @@ pub enum TokenRejection {
     WrongAudience,
 }
 
-/// Validates a bearer token for this server's MCP resource.
-pub async fn authenticate(
+/// The token's own record, unless it is not one of ours or has expired.
+async fn token_record(
     app: &App,
     bearer: &str,
-) -> Result<Result<Audienced<AccessTokenRecord>, TokenRejection>, StoreError> {
+) -> Result<Result<AccessTokenRecord, TokenRejection>, StoreError> {
     if !bearer.starts_with(grant::ACCESS_PREFIX) {
         return Ok(Err(TokenRejection::Unknown));
     }
@@ -40,6 +41,44 @@ pub async fn authenticate(
     if rec.expires_at <= app.clock.now() {
         return Ok(Err(TokenRejection::Expired));
     }
+    Ok(Ok(rec))
+}
+
+/// [`authenticate`] for an `/mcp` request: the family is read together with the other records
+/// the request needs (`store::call_records`: one statement after the token's on PostgreSQL),
+/// which come back with the token.
+pub async fn authenticate_call(
+    app: &App,
+    bearer: &str,
+) -> Result<Result<(Audienced<AccessTokenRecord>, CallRecords), TokenRejection>, StoreError> {
+    let rec = match token_record(app, bearer).await? {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    let records = call_records::read(
+        app.store.as_ref(),
+        &rec.family_id,
+        &rec.user_id,
+        &rec.client_id,
+    )
+    .await?;
+    if records.family.as_ref().is_none_or(|f| f.revoked) {
+        return Ok(Err(TokenRejection::Revoked));
+    }
+    Ok(audience::audienced(rec, &app.resource())
+        .map(|t| (t, records))
+        .map_err(|AudienceRejection| TokenRejection::WrongAudience))
+}
+
+/// Validates a bearer token for this server's MCP resource.
+pub async fn authenticate(
+    app: &App,
+    bearer: &str,
+) -> Result<Result<Audienced<AccessTokenRecord>, TokenRejection>, StoreError> {
+    let rec = match token_record(app, bearer).await? {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
     let fam = families::get(app.store.as_ref(), &rec.family_id).await?;
     if fam.is_none_or(|f| f.revoked) {
         return Ok(Err(TokenRejection::Revoked));

@@ -247,10 +247,20 @@ pub async fn at_sign_in(
 /// The person's standing now, asking GitHub again when it is due; acts on what it learns.
 /// With it, what the tool-call policy knows of them as of the answer it stands on.
 pub async fn standing(app: &App, user: &UserId) -> Result<(Verdict, PersonFacts), FlowError> {
+    let last = standing::get(app.store.as_ref(), user).await?;
+    standing_from(app, user, last).await
+}
+
+/// [`standing`] from a standing record the caller read just now (an `/mcp` request reads it
+/// with the other records it needs, `store::call_records`).
+pub async fn standing_from(
+    app: &App,
+    user: &UserId,
+    last: Option<StandingCheck>,
+) -> Result<(Verdict, PersonFacts), FlowError> {
     let now = app.clock.now();
     let policy = &app.config.access;
     let needs = Needs::of(app);
-    let last = standing::get(app.store.as_ref(), user).await?;
     match admission::recheck(policy, last.as_ref(), now) {
         Recheck::Current(s) if !last.as_ref().is_some_and(|c| needs.outdated(c, now)) => {
             return Ok((verdict(s), PersonFacts::of(last.as_ref())));

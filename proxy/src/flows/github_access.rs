@@ -11,7 +11,7 @@ use crate::github::grants::{GrantError, GrantStatus};
 use crate::ids::{ClientId, GitHubToken, UserId};
 use crate::oauth::scope::ScopeSet;
 use crate::store::allowances;
-use crate::store::records::{AllowanceRecord, LinkKind};
+use crate::store::records::{AllowanceRecord, GrantRecord, LinkKind};
 
 /// The answer.
 #[derive(Debug)]
@@ -76,6 +76,18 @@ pub async fn for_agent(
     // One read of the grant serves both the status and the token, and it is made together
     // with the allowance's (a `/mcp` call is hot: one round trip on PostgreSQL, not two).
     let (grant, allowance) = allowances::with_grant(app.store.as_ref(), user, client).await?;
+    for_agent_from(app, user, scopes, grant, allowance).await
+}
+
+/// [`for_agent`] from the grant and allowance the caller read just now (an `/mcp` request
+/// reads them with the other records it needs, `store::call_records`).
+pub async fn for_agent_from(
+    app: &App,
+    user: &UserId,
+    scopes: &ScopeSet,
+    grant: Option<GrantRecord>,
+    allowance: Option<AllowanceRecord>,
+) -> Result<Access, FlowError> {
     let grant = match (app.grants.status_of(grant.as_ref()), grant) {
         (GrantStatus::Usable, Some(g)) => g,
         (GrantStatus::Broken, _) => return Ok(Access::Needs(LinkKind::Reconnect)),

@@ -27,8 +27,11 @@ use crate::flows::github_access::{self, Access};
 use crate::ids::BackendToken;
 use crate::store::StoreError;
 use crate::store::backend_tokens;
+use crate::store::call_records::CallRecords;
 use crate::store::records::AccessTokenRecord;
-use crate::store::records::{BackendTokenRecord, ClientRecord, LinkKind};
+use crate::store::records::{
+    AllowanceRecord, BackendTokenRecord, ClientRecord, GrantRecord, LinkKind,
+};
 pub use forward::Forwarded;
 use jsonrpc::{Inbound, Version};
 
@@ -164,6 +167,7 @@ async fn reject_token<T>(
 ///         token,
 ///         standing: mcp_oauth_proxy::flows::admission::Verdict::Admitted,
 ///         person: mcp_oauth_proxy::flows::admission::PersonFacts::default(),
+///         github: None,
 ///     }
 /// }
 /// ```
@@ -182,6 +186,9 @@ pub struct Authenticated {
     standing: Verdict,
     /// What the tool-call policy knows of the person (login, memberships), as of the standing.
     person: PersonFacts,
+    /// The GitHub grant and this agent's allowance, read with the token's other records; used
+    /// only while the standing check changed nothing (`Verdict::Admitted`), else read again.
+    github: Option<(Option<GrantRecord>, Option<AllowanceRecord>)>,
 }
 
 impl Authenticated {
@@ -217,7 +224,7 @@ pub async fn authenticate(
     }) else {
         return reject_token(app, "missing", GatewayError::NoToken).await;
     };
-    let token = match access::authenticate(app, bearer).await? {
+    let (token, records) = match access::authenticate_call(app, bearer).await? {
         Ok(t) => t,
         Err(r) => {
             let reason = match r {
@@ -250,7 +257,13 @@ pub async fn authenticate(
     }
 
     // The person's standing with GitHub (`[access]`), asked again at most every recheck_secs.
-    let (standing, person) = admission::standing(app, &token.get().user_id)
+    let CallRecords {
+        standing: last_standing,
+        grant,
+        allowance,
+        ..
+    } = records;
+    let (standing, person) = admission::standing_from(app, &token.get().user_id, last_standing)
         .await
         .map_err(flow_err)?;
     match standing {
@@ -267,6 +280,7 @@ pub async fn authenticate(
     }
     Ok(Authenticated {
         token,
+        github: (standing == Verdict::Admitted).then_some((grant, allowance)),
         standing,
         person,
     })
@@ -283,6 +297,7 @@ pub async fn handle(
         token,
         standing,
         person,
+        github: prefetched,
     } = caller;
     let Some(backend) = app.config.backend.as_ref() else {
         return Err(GatewayError::NoBackend);
@@ -340,15 +355,15 @@ pub async fn handle(
             // Reads only, unless an expiring GitHub App token is due: its refresh writes the
             // rotated grant (security state: GitHub spent the old refresh token, so every
             // later request depends on the new one), durable before the token is used.
-            match github_access::for_agent(
-                app,
-                &token.get().user_id,
-                &token.get().client_id,
-                &token.get().scopes,
-            )
-            .await
-            .map_err(flow_err)?
-            {
+            let t = token.get();
+            let access = match prefetched {
+                Some((grant, allowance)) => {
+                    github_access::for_agent_from(app, &t.user_id, &t.scopes, grant, allowance)
+                        .await
+                }
+                None => github_access::for_agent(app, &t.user_id, &t.client_id, &t.scopes).await,
+            };
+            match access.map_err(flow_err)? {
                 Access::Ready(gh) => Some(gh),
                 Access::Needs(kind) => {
                     return refuse(app, &token, kind, &req.method, &inbound, context).await;

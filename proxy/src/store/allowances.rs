@@ -9,6 +9,12 @@ fn key(user: &UserId, client: &ClientId) -> String {
     format!("{}|{}", user.as_str(), client.as_str())
 }
 
+/// Where `client`'s allowance for `user` is stored, for a read batched with others
+/// ([`super::call_records`]).
+pub(super) fn key_of(user: &UserId, client: &ClientId) -> String {
+    key(user, client)
+}
+
 /// Prefix of every allowance of `user` (user ids never contain `|`).
 fn user_prefix(user: &UserId) -> String {
     format!("{}|", user.as_str())

@@ -22,6 +22,7 @@ pub mod allowances;
 pub mod approvals;
 pub mod audit_log;
 pub mod backend_tokens;
+pub mod call_records;
 pub mod cimd_clients;
 pub mod client_dedupe;
 pub mod clients;
