@@ -386,15 +386,19 @@ impl Store for SledStore {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn an_unfinished_snapshot_left_by_a_kill_does_not_stop_the_next_open() {
+    fn an_unfinished_snapshot_left_by_a_kill_is_removed_before_opening() {
         let dir = tempfile::tempdir().unwrap();
-        let clock = crate::clock::ManualClock::new(crate::clock::UnixTime(1_000));
-        drop(super::SledStore::open(dir.path(), clock.clone()).unwrap());
-        // What a SIGKILL during sled's snapshot leaves (the crash test's start-up kills).
+        // What a SIGKILL during sled's snapshot leaves (the crash test's start-up kills),
+        // next to a finished snapshot and the log, which stay.
         let unfinished = dir.path().join("snap.00000000073FFFC3.generating");
-        std::fs::write(&unfinished, b"").unwrap();
-        drop(super::SledStore::open(dir.path(), clock).unwrap());
+        let finished = dir.path().join("snap.0000000006A5A088");
+        let log = dir.path().join("db");
+        for f in [&unfinished, &finished, &log] {
+            std::fs::write(f, b"").unwrap();
+        }
+        super::remove_unfinished_snapshots(dir.path());
         assert!(!unfinished.exists());
+        assert!(finished.exists() && log.exists());
     }
 
     use super::*;
