@@ -334,6 +334,15 @@ async fn mcp_on_one_replica_honours_at_once_what_the_other_withdrew_or_revoked()
     assert_eq!(status, 200, "{msg}");
     assert!(msg.to_string().contains("alice"), "{msg}");
     assert!(refusal_text(&msg).is_none(), "{msg}");
+    // B's record cache now holds alice's checks and answers them: what follows is
+    // withdrawn under a warm cache.
+    let (hits, _) = b.app.record_cache.cache().hits_and_misses();
+    let (status, msg) = on_b.call_tool("whoami", json!({})).await;
+    assert_eq!(status, 200, "{msg}");
+    assert!(
+        b.app.record_cache.cache().hits_and_misses().0 > hits,
+        "B answered from its cache"
+    );
 
     // The agent's allowance, withdrawn on A.
     alice.withdraw_agent(&a).await;
@@ -383,4 +392,60 @@ async fn mcp_on_one_replica_honours_at_once_what_the_other_withdrew_or_revoked()
         before,
         "nothing reached B's backend"
     );
+}
+
+/// A replica whose cache listener is cut off cannot know what the others wrote since: it
+/// answers from the store until it listens again (and then starts empty), so a revocation
+/// on the other replica is still honoured by its next request.
+#[tokio::test]
+async fn replica_that_lost_its_cache_listener_still_honours_a_revocation_at_once() {
+    use crate::support::mcp::Mcp;
+    use crate::support::people::Person;
+    use serde_json::json;
+    let Some((a, b)) = pair_with_backends().await else {
+        return;
+    };
+    let alice = Person::with_agent(&a, "alice", "Repo Helper", "2026-07-28").await;
+    let mut on_b = Mcp::with_token(&b, &alice.mcp.token);
+    on_b.url = b.own_url("/mcp");
+    on_b.version = "2026-07-28";
+    for _ in 0..2 {
+        let (status, msg) = on_b.call_tool("whoami", json!({})).await;
+        assert_eq!(status, 200, "{msg}");
+    }
+    assert!(b.app.record_cache.cache().hits_and_misses().0 > 0);
+
+    // An operator (or a failover) ends both replicas' listener connections.
+    let (pg, connection) =
+        tokio_postgres::connect(&crate::support::pg_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let ended = pg
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&format!("mcp-oauth-proxy listener {}", a.schema())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(ended.len(), 2, "one listener per replica");
+
+    let status = crate::support::http()
+        .post(a.own_url("/revoke"))
+        .form(&[
+            ("client_id", alice.client.id.as_str()),
+            ("token", alice.mcp.token.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    let before = b.backend().requests().len();
+    let (status, msg) = on_b.call_tool("whoami", json!({})).await;
+    assert_eq!(
+        status, 401,
+        "B answered a revoked token from its cache: {msg}"
+    );
+    assert_eq!(b.backend().requests().len(), before);
 }

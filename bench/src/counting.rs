@@ -185,4 +185,10 @@ impl Store for CountingStore {
         self.counters.flushes.fetch_add(1, Ordering::SeqCst);
         self.inner.flush().await
     }
+    fn peers(
+        &self,
+        cache: std::sync::Arc<mcp_oauth_proxy::store::RecordCache>,
+    ) -> std::sync::Arc<dyn mcp_oauth_proxy::store::Peers> {
+        self.inner.peers(cache)
+    }
 }

@@ -55,6 +55,8 @@ pub struct Settings {
     pub webhook: Option<WebhookConfig>,
     /// How upstream-action events are made durable in the background.
     pub group_commit: GroupCommit,
+    /// Entries of the `/mcp` checks' record cache (`store::cache`; 0: off).
+    pub store_cache_entries: usize,
     /// Clients configured ahead of time.
     pub clients: Vec<PreregisteredClient>,
     /// Client ID Metadata Documents.
@@ -107,6 +109,8 @@ pub struct Inner {
     pub keys: Keys,
     /// Store.
     pub store: SharedStore,
+    /// The `/mcp` checks' record cache inside `store` (for metrics).
+    pub record_cache: Arc<crate::store::CachingStore>,
     /// Clock.
     pub clock: SharedClock,
     /// GitHub client.
@@ -165,9 +169,16 @@ impl App {
         resolver: Arc<dyn Resolver>,
     ) -> Result<App, AppError> {
         let config: Settings = config.into();
-        // Every store call is timed, whichever backend was opened.
+        // The `/mcp` checks' records are cached, exactly (`store::cache`); every store call
+        // is timed, whichever backend was opened.
         let metrics = Metrics::new();
-        let store: SharedStore = Arc::new(crate::store::MeteredStore::new(store, metrics.clone()));
+        let cached = Arc::new(crate::store::CachingStore::new(
+            store,
+            config.store_cache_entries,
+            clock.clone(),
+        ));
+        let record_cache = cached.clone();
+        let store: SharedStore = Arc::new(crate::store::MeteredStore::new(cached, metrics.clone()));
         let github = GitHubClient::new(config.github.clone(), &config.github_callback_url())?;
         let mut audit = Audit::new(store.clone(), clock.clone(), metrics.clone())
             .with_alerts(&config.alerts)
@@ -217,6 +228,7 @@ impl App {
             config,
             keys,
             store,
+            record_cache,
             clock,
             github,
             grants,

@@ -109,6 +109,9 @@ struct Inner {
     upstream_commits: Family<ResultLabels, Counter>,
     upstream_committed: Counter,
     upstream_lost: Counter,
+    record_cache_lookups: Family<ResultLabels, Counter>,
+    record_cache_entries: Gauge,
+    record_cache_answering: Gauge,
     /// Serializes [`Metrics::store_disk_flushes`] updates (a counter only moves forward).
     disk_flushes_seen: std::sync::Mutex<u64>,
 }
@@ -341,7 +344,28 @@ impl Metrics {
             "Upstream-action audit events given up after their group commit failed twice (logged as errors)",
             upstream_lost.clone(),
         );
+        let record_cache_lookups = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "record_cache_lookups",
+            "Lookups of the /mcp checks' records in the replica's cache: hit (no store read) or miss",
+            record_cache_lookups.clone(),
+        );
+        let record_cache_entries = Gauge::default();
+        registry.register(
+            "record_cache_entries",
+            "Records held in the replica's cache of the /mcp checks",
+            record_cache_entries.clone(),
+        );
+        let record_cache_answering = Gauge::default();
+        registry.register(
+            "record_cache_answering",
+            "1 while the record cache may answer; 0 while a PostgreSQL replica cannot be sure it has heard every other replica's writes (listener down or behind)",
+            record_cache_answering.clone(),
+        );
         Metrics(Arc::new(Inner {
+            record_cache_lookups,
+            record_cache_entries,
+            record_cache_answering,
             registry,
             requests,
             request_seconds,
@@ -565,6 +589,27 @@ impl Metrics {
             self.0.store_disk_flushes.inc_by(total - *seen);
             *seen = total;
         }
+    }
+
+    /// The record cache's counts, read when the metrics are scraped.
+    pub fn record_cache(&self, cache: &crate::store::CachingStore) {
+        let (hits, misses) = cache.cache().hits_and_misses();
+        for (result, total) in [("hit", hits), ("miss", misses)] {
+            let c = self.0.record_cache_lookups.get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            });
+            // Counters only move forward; the cache's own counts are the truth.
+            let seen = c.get();
+            if total > seen {
+                c.inc_by(total - seen);
+            }
+        }
+        self.0
+            .record_cache_entries
+            .set(i64::try_from(cache.cache().len()).unwrap_or(i64::MAX));
+        self.0
+            .record_cache_answering
+            .set(i64::from(cache.answering()));
     }
 
     /// A webhook delivery succeeded.

@@ -428,6 +428,12 @@ impl Store for UnreachableStore {
     async fn flush(&self) -> Result<(), StoreError> {
         Err(down())
     }
+    fn peers(
+        &self,
+        _cache: std::sync::Arc<mcp_oauth_proxy::store::RecordCache>,
+    ) -> std::sync::Arc<dyn mcp_oauth_proxy::store::Peers> {
+        std::sync::Arc::new(mcp_oauth_proxy::store::NoPeers)
+    }
 }
 
 /// An admin listener for `proxy`'s configuration over `store`; its base URL.

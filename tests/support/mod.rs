@@ -303,6 +303,11 @@ path = "/nonexistent-tests-use-a-temporary-store"
         self.backend.as_ref().expect("started with a backend")
     }
 
+    /// The PostgreSQL schema this proxy (and its replicas) use.
+    pub fn schema(&self) -> &str {
+        &self.replica.schema
+    }
+
     /// This process's own address + path (for talking to one replica specifically).
     pub fn own_url(&self, path: &str) -> String {
         format!("{}{path}", self.own_base)

@@ -129,4 +129,10 @@ impl Store for LoggingStore {
     fn disk_flushes(&self) -> Option<u64> {
         self.inner.disk_flushes()
     }
+    fn peers(
+        &self,
+        cache: std::sync::Arc<mcp_oauth_proxy::store::RecordCache>,
+    ) -> std::sync::Arc<dyn mcp_oauth_proxy::store::Peers> {
+        self.inner.peers(cache)
+    }
 }

@@ -146,6 +146,7 @@ fn json_ok<T: serde::Serialize>(v: &T) -> Response {
 
 async fn metrics(State(app): State<App>) -> Response {
     app.metrics.store_disk_flushes(app.store.disk_flushes());
+    app.metrics.record_cache(&app.record_cache);
     match app.metrics.render() {
         Ok(text) => (
             [(

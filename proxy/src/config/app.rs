@@ -20,6 +20,7 @@ impl From<Config> for Settings {
             alerts: c.alerts,
             webhook: c.webhook,
             group_commit: c.group_commit,
+            store_cache_entries: c.record_cache_entries,
             clients: c.clients,
             cimd: c.cimd,
             registration: c.registration,

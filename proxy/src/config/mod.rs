@@ -100,6 +100,8 @@ pub struct Config {
     pub github: GitHubConfig,
     /// Storage location.
     pub store: StoreConfig,
+    /// `store.record_cache_entries`: entries of the `/mcp` checks' record cache (0: off).
+    pub record_cache_entries: usize,
     /// Keys from configuration, or `None` to generate and keep them in the store directory.
     pub keys: Option<Keys>,
     /// Client-facing token lifetimes.
@@ -161,6 +163,7 @@ impl Config {
         let server = server::Server::from_raw(raw.server.as_ref(), e);
         let github = github(raw.github.as_ref(), env, e);
         let store = store(&raw, env, e);
+        let record_cache_entries = raw.store.record_cache_entries(e);
         let keys = raw.keys.as_ref().and_then(|k| Keys::from_raw(k, env, e));
         let tokens = TokenPolicy::from_raw(&raw.tokens, e);
         let session = SessionPolicy::from_raw(&raw.session, e);
@@ -217,6 +220,7 @@ impl Config {
                     listen,
                     github,
                     store,
+                    record_cache_entries,
                     keys,
                     tokens,
                     session,

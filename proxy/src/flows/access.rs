@@ -26,16 +26,23 @@ pub enum TokenRejection {
     WrongAudience,
 }
 
-/// The token's own record, unless it is not one of ours or has expired.
+/// The token's own record, unless it is not one of ours or has expired; `cached`: the
+/// replica's cache may answer (`/mcp` only).
 async fn token_record(
     app: &App,
     bearer: &str,
+    cached: bool,
 ) -> Result<Result<AccessTokenRecord, TokenRejection>, StoreError> {
     if !bearer.starts_with(grant::ACCESS_PREFIX) {
         return Ok(Err(TokenRejection::Unknown));
     }
     let token = AccessToken::new(bearer);
-    let Some(rec) = access_tokens::get(app.store.as_ref(), &token).await? else {
+    let found = if cached {
+        access_tokens::get_cached(app.store.as_ref(), &token).await?
+    } else {
+        access_tokens::get(app.store.as_ref(), &token).await?
+    };
+    let Some(rec) = found else {
         return Ok(Err(TokenRejection::Unknown));
     };
     if rec.expires_at <= app.clock.now() {
@@ -46,12 +53,13 @@ async fn token_record(
 
 /// [`authenticate`] for an `/mcp` request: the family is read together with the other records
 /// the request needs (`store::call_records`: one statement after the token's on PostgreSQL),
-/// which come back with the token.
+/// which come back with the token. Both reads may be answered by the replica's cache, which
+/// is exact (`store::cache`).
 pub async fn authenticate_call(
     app: &App,
     bearer: &str,
 ) -> Result<Result<(Audienced<AccessTokenRecord>, CallRecords), TokenRejection>, StoreError> {
-    let rec = match token_record(app, bearer).await? {
+    let rec = match token_record(app, bearer, true).await? {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };
@@ -75,7 +83,7 @@ pub async fn authenticate(
     app: &App,
     bearer: &str,
 ) -> Result<Result<Audienced<AccessTokenRecord>, TokenRejection>, StoreError> {
-    let rec = match token_record(app, bearer).await? {
+    let rec = match token_record(app, bearer, false).await? {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };

@@ -25,6 +25,23 @@ pub async fn get(
     store.get_json(Keyspace::AccessTokens, &token.hash()).await
 }
 
+/// [`get`] for the `/mcp` checks, which the replica's cache may answer (`store::cache`).
+pub async fn get_cached(
+    store: &dyn Store,
+    token: &AccessToken,
+) -> Result<Option<AccessTokenRecord>, StoreError> {
+    let hash = token.hash();
+    let found = store
+        .get_many_cached(&[(Keyspace::AccessTokens, &hash)])
+        .await?
+        .into_iter()
+        .next()
+        .flatten();
+    found
+        .map(|v| super::decode(Keyspace::AccessTokens, &v.value))
+        .transpose()
+}
+
 /// Forgets the token.
 pub async fn remove(store: &dyn Store, token: &AccessToken) -> Result<(), StoreError> {
     store.remove(Keyspace::AccessTokens, &token.hash()).await

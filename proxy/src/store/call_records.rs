@@ -1,9 +1,9 @@
 //! The records one `/mcp` request reads once its access token is known: the token's refresh
 //! family (revocation), the person's standing, their GitHub grant and this agent's allowance.
 //! None depends on another, only on the token's record, so they are read together: one
-//! statement on PostgreSQL (`Store::get_many`) instead of four round trips. Every read is
-//! still a read of the store as it is now: nothing is cached, and a revocation written by any
-//! replica is seen by the next request.
+//! statement on PostgreSQL (`Store::get_many`) instead of four round trips, or none when the
+//! replica's cache holds them all (`store::cache`, exact: a revocation written by any replica
+//! is seen by the next request).
 
 use super::records::{AllowanceRecord, FamilyRecord, GrantRecord, StandingCheck};
 use super::{Keyspace, Store, StoreError, decode};
@@ -32,7 +32,7 @@ pub async fn read(
 ) -> Result<CallRecords, StoreError> {
     let allowance = super::allowances::key_of(user, client);
     let mut found = store
-        .get_many(&[
+        .get_many_cached(&[
             (Keyspace::RefreshFamilies, family.as_str()),
             (Keyspace::Standing, user.as_str()),
             super::grants::at(user),

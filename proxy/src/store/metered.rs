@@ -58,6 +58,12 @@ impl Store for MeteredStore {
     ) -> Result<Vec<Option<Versioned>>, StoreError> {
         timed!(self, "get_many", self.inner.get_many(keys))
     }
+    async fn get_many_cached(
+        &self,
+        keys: &[(Keyspace, &str)],
+    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+        timed!(self, "get_many_cached", self.inner.get_many_cached(keys))
+    }
     async fn insert_new(
         &self,
         ks: Keyspace,
@@ -130,6 +136,9 @@ impl Store for MeteredStore {
     }
     fn disk_flushes(&self) -> Option<u64> {
         self.inner.disk_flushes()
+    }
+    fn peers(&self, cache: std::sync::Arc<super::RecordCache>) -> std::sync::Arc<dyn super::Peers> {
+        self.inner.peers(cache)
     }
 }
 

@@ -22,6 +22,7 @@ pub mod allowances;
 pub mod approvals;
 pub mod audit_log;
 pub mod backend_tokens;
+pub mod cache;
 pub mod call_records;
 pub mod cimd_clients;
 pub mod client_dedupe;
@@ -35,6 +36,7 @@ pub mod grants;
 pub mod links;
 pub mod mcp_sessions;
 mod metered;
+mod pg_peers;
 mod postgres;
 pub mod records;
 pub mod sessions;
@@ -58,6 +60,7 @@ mod settings;
 pub use settings::{RawStore, StoreConfig};
 
 use crate::clock::UnixTime;
+pub use cache::{CachingStore, NoPeers, Peers, RecordCache};
 pub use metered::{MeteredStore, OpObserver};
 pub use postgres::PgStore;
 pub use sled_store::SledStore;
@@ -165,6 +168,11 @@ impl Keyspace {
         Keyspace::ApprovalHistory,
     ];
 
+    /// The keyspace with this on-disk name.
+    pub fn from_name(name: &str) -> Option<Keyspace> {
+        Keyspace::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// On-disk name.
     pub fn name(self) -> &'static str {
         match self {
@@ -239,6 +247,14 @@ pub trait Store: Send + Sync + 'static {
         }
         Ok(out)
     }
+    /// [`Store::get_many`] for the `/mcp` checks only, which a [`CachingStore`] may answer
+    /// from its replica's cache (exact: see `store::cache`). Everything else reads the store.
+    async fn get_many_cached(
+        &self,
+        keys: &[(Keyspace, &str)],
+    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+        self.get_many(keys).await
+    }
     /// Writes a record unless a live one exists; true if written.
     async fn insert_new(
         &self,
@@ -307,6 +323,10 @@ pub trait Store: Send + Sync + 'static {
     fn disk_flushes(&self) -> Option<u64> {
         None
     }
+    /// How a [`RecordCache`] over this store learns of writes other processes make (a
+    /// wrapper passes its inner store's). Required, so that no wrapper can silently cut a
+    /// cache off from its invalidations.
+    fn peers(&self, cache: Arc<RecordCache>) -> Arc<dyn Peers>;
 }
 
 /// Shared store handle.

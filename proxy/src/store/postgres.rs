@@ -30,9 +30,10 @@ use crate::clock::{SharedClock, UnixTime};
 
 /// Versioned schema migrations, applied in order at start (under an advisory lock, so
 /// replicas starting together do not race) and by `mcp-oauth-proxy store-migrate`.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    r#"
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE IF NOT EXISTS mop_kv (
     keyspace   TEXT   NOT NULL,
     key        TEXT   COLLATE "C" NOT NULL,
@@ -42,7 +43,39 @@ CREATE TABLE IF NOT EXISTS mop_kv (
 );
 CREATE INDEX IF NOT EXISTS mop_kv_expiry ON mop_kv (expires_at) WHERE expires_at IS NOT NULL;
 "#,
-)];
+    ),
+    // Every changed row of a keyspace replicas cache is announced to all of them
+    // (`store::pg_peers`), whoever changed it.
+    (2, TRIGGER_SQL),
+];
+
+const TRIGGER_SQL: &str = r#"
+CREATE OR REPLACE FUNCTION mop_kv_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    ks TEXT;
+    k TEXT;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        ks := OLD.keyspace; k := OLD.key;
+    ELSE
+        ks := NEW.keyspace; k := NEW.key;
+    END IF;
+    IF ks IN ('access_tokens', 'refresh_families', 'standing', 'grants', 'allowances') THEN
+        PERFORM pg_notify('mop_' || TG_TABLE_SCHEMA, 'k ' || ks || ' ' || k);
+    END IF;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS mop_kv_changed ON mop_kv;
+CREATE TRIGGER mop_kv_changed AFTER INSERT OR UPDATE OR DELETE ON mop_kv
+    FOR EACH ROW EXECUTE FUNCTION mop_kv_changed();
+"#;
+
+/// The trigger's SQL (its keyspace list must be `store::cache::CACHED`; a test checks).
+#[cfg(test)]
+pub(super) fn trigger_sql() -> &'static str {
+    TRIGGER_SQL
+}
 
 /// An arbitrary constant identifying our migration lock.
 const MIGRATION_LOCK: i64 = 0x6d63_705f_6f61_7574;
@@ -81,9 +114,15 @@ pub struct PgStore {
     written: AtomicU64,
     flushed: AtomicU64,
     clock: SharedClock,
+    /// What the cache listener connects with (`store::pg_peers`), and the schema whose
+    /// trigger it hears.
+    listen_cfg: tokio_postgres::Config,
+    tls: Tls,
+    schema: String,
 }
 
 /// TLS options taken out of the URL (tokio-postgres does not know `sslrootcert`).
+#[derive(Clone)]
 struct Tls {
     require: bool,
     root_cert: Option<std::path::PathBuf>,
@@ -181,13 +220,33 @@ impl PgStore {
                 .map_err(backend)
         };
         let store = PgStore {
-            pool: pool(cfg)?,
-            deferred: pool(deferred_cfg)?,
+            pool: pool(cfg.clone())?,
+            deferred: pool(deferred_cfg.clone())?,
             written: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             clock,
+            // Its heartbeats and answers need no durability: a commit that notifies is
+            // serialized with every other such commit (PostgreSQL keeps notifications in
+            // commit order), so none of them may wait for a WAL flush.
+            listen_cfg: deferred_cfg.clone(),
+            tls,
+            schema: String::new(),
         };
         store.migrate(schema).await?;
+        let mut store = store;
+        // The schema the table is in is the trigger's channel (`TG_TABLE_SCHEMA`).
+        store.schema = store
+            .conn()
+            .await?
+            .query_opt("SELECT current_schema()", &[])
+            .await
+            .map_err(backend)?
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .ok_or_else(|| backend("no current schema"))?;
+        // Named, so an operator (and a test) can tell it apart in pg_stat_activity.
+        store
+            .listen_cfg
+            .application_name(format!("mcp-oauth-proxy listener {}", store.schema));
         Ok(store)
     }
 
@@ -602,6 +661,42 @@ impl Store for PgStore {
             .map_err(backend)?;
         self.flushed.fetch_max(covered, Ordering::AcqRel);
         Ok(())
+    }
+
+    fn peers(&self, cache: Arc<super::RecordCache>) -> Arc<dyn super::Peers> {
+        let cfg = self.listen_cfg.clone();
+        let tls = self.tls.clone();
+        let connect: super::pg_peers::Connect = Arc::new(move || {
+            let cfg = cfg.clone();
+            let tls = tls.clone();
+            Box::pin(async move {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let client = if tls.require {
+                    let connector =
+                        rustls_connector(tls.root_cert.as_deref()).map_err(|e| e.to_string())?;
+                    let (client, connection) =
+                        cfg.connect(connector).await.map_err(|e| e.to_string())?;
+                    tokio::spawn(super::pg_peers::drive(connection, tx));
+                    client
+                } else {
+                    let (client, connection) =
+                        cfg.connect(NoTls).await.map_err(|e| e.to_string())?;
+                    tokio::spawn(super::pg_peers::drive(connection, tx));
+                    client
+                };
+                Ok((client, rx))
+            })
+        });
+        let me = crate::crypto::random_token()
+            .unwrap_or_else(|_| format!("replica-{}", std::process::id()));
+        Arc::new(super::pg_peers::PgPeers::start(
+            me,
+            &self.schema,
+            cache,
+            // Barriers need no durability either (see `listen_cfg`).
+            self.deferred.clone(),
+            connect,
+        ))
     }
 }
 

@@ -17,6 +17,28 @@ pub struct RawStore {
     url: Option<String>,
     url_env: Option<String>,
     schema: Option<String>,
+    record_cache_entries: Option<usize>,
+}
+
+/// Accepted `store.record_cache_entries` (0 turns the cache off).
+const RECORD_CACHE_RANGE: std::ops::RangeInclusive<usize> = 0..=1_000_000;
+
+impl RawStore {
+    /// `store.record_cache_entries`: the size of the replica's cache of the `/mcp` checks'
+    /// records (`store::cache`).
+    pub fn record_cache_entries(&self, errs: &mut Vec<String>) -> usize {
+        let n = self
+            .record_cache_entries
+            .unwrap_or(super::cache::DEFAULT_ENTRIES);
+        if !RECORD_CACHE_RANGE.contains(&n) {
+            errs.push(format!(
+                "store.record_cache_entries: must be {}..={}",
+                RECORD_CACHE_RANGE.start(),
+                RECORD_CACHE_RANGE.end()
+            ));
+        }
+        n
+    }
 }
 
 /// Accepted `store.cache_mb`.

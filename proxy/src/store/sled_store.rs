@@ -381,6 +381,10 @@ impl Store for SledStore {
     fn disk_flushes(&self) -> Option<u64> {
         Some(self.marks.disk_flushes.load(Ordering::Acquire))
     }
+    fn peers(&self, _cache: Arc<super::RecordCache>) -> Arc<dyn super::Peers> {
+        // sled admits one process: every write goes through this process's store.
+        Arc::new(super::NoPeers)
+    }
 }
 
 #[cfg(test)]
