@@ -274,13 +274,22 @@ impl CachingStore {
         self.peers.cache_usable()
     }
 
-    /// After a write to `ks`/`key`: drops it here, and outside a batched request waits until
-    /// the other replicas have too (inside one, the request's final flush does).
-    async fn wrote(&self, ks: Keyspace, key: &str) -> Result<(), StoreError> {
+    /// Held across a write to `ks`/`key`: drops the key when the write is over, also when
+    /// the request goes away mid-write (the write may still have happened).
+    fn dropping<'a>(&'a self, ks: Keyspace, key: &'a str) -> Dropping<'a> {
+        Dropping {
+            cache: &self.cache,
+            ks,
+            key,
+        }
+    }
+
+    /// After a write to `ks` (its key dropped): outside a batched request, waits until the
+    /// other replicas have dropped it too (inside one, the request's final flush does).
+    async fn wrote(&self, ks: Keyspace) -> Result<(), StoreError> {
         if !caches(ks) {
             return Ok(());
         }
-        self.cache.drop_key(ks, key);
         self.written.fetch_add(1, Ordering::AcqRel);
         if super::batch_open() {
             return Ok(());
@@ -296,6 +305,19 @@ impl CachingStore {
         self.peers.settle().await?;
         self.settled.fetch_max(covered, Ordering::AcqRel);
         Ok(())
+    }
+}
+
+/// Drops a key when it goes (see [`CachingStore::dropping`]).
+struct Dropping<'a> {
+    cache: &'a RecordCache,
+    ks: Keyspace,
+    key: &'a str,
+}
+
+impl Drop for Dropping<'_> {
+    fn drop(&mut self) {
+        self.cache.drop_key(self.ks, self.key);
     }
 }
 
@@ -336,8 +358,11 @@ impl Store for CachingStore {
         value: Vec<u8>,
         expires_at: Option<UnixTime>,
     ) -> Result<bool, StoreError> {
-        let r = self.inner.insert_new(ks, key, value, expires_at).await;
-        self.wrote(ks, key).await?;
+        let r = {
+            let _drop = self.dropping(ks, key);
+            self.inner.insert_new(ks, key, value, expires_at).await
+        };
+        self.wrote(ks).await?;
         r
     }
     async fn put(
@@ -347,13 +372,19 @@ impl Store for CachingStore {
         value: Vec<u8>,
         expires_at: Option<UnixTime>,
     ) -> Result<(), StoreError> {
-        let r = self.inner.put(ks, key, value, expires_at).await;
-        self.wrote(ks, key).await?;
+        let r = {
+            let _drop = self.dropping(ks, key);
+            self.inner.put(ks, key, value, expires_at).await
+        };
+        self.wrote(ks).await?;
         r
     }
     async fn take(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError> {
-        let r = self.inner.take(ks, key).await;
-        self.wrote(ks, key).await?;
+        let r = {
+            let _drop = self.dropping(ks, key);
+            self.inner.take(ks, key).await
+        };
+        self.wrote(ks).await?;
         r
     }
     async fn compare_and_swap(
@@ -363,13 +394,19 @@ impl Store for CachingStore {
         expected: &Versioned,
         new: Option<Versioned>,
     ) -> Result<bool, StoreError> {
-        let r = self.inner.compare_and_swap(ks, key, expected, new).await;
-        self.wrote(ks, key).await?;
+        let r = {
+            let _drop = self.dropping(ks, key);
+            self.inner.compare_and_swap(ks, key, expected, new).await
+        };
+        self.wrote(ks).await?;
         r
     }
     async fn remove(&self, ks: Keyspace, key: &str) -> Result<(), StoreError> {
-        let r = self.inner.remove(ks, key).await;
-        self.wrote(ks, key).await?;
+        let r = {
+            let _drop = self.dropping(ks, key);
+            self.inner.remove(ks, key).await
+        };
+        self.wrote(ks).await?;
         r
     }
     async fn scan_prefix(
@@ -394,12 +431,12 @@ impl Store for CachingStore {
         } else {
             Vec::new()
         };
-        let r = self.inner.put_many(ks, rows).await;
-        for key in &keys {
-            self.cache.drop_key(ks, key);
-        }
-        if let Some(last) = keys.last() {
-            self.wrote(ks, last).await?;
+        let r = {
+            let _drop: Vec<Dropping<'_>> = keys.iter().map(|k| self.dropping(ks, k)).collect();
+            self.inner.put_many(ks, rows).await
+        };
+        if !keys.is_empty() {
+            self.wrote(ks).await?;
         }
         r
     }

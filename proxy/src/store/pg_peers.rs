@@ -59,12 +59,29 @@ struct Barrier {
     echoed: bool,
     /// Replicas that have yet to answer.
     waiting: Vec<String>,
+    /// Our listener had not been listening for a whole lease when the barrier came back, so
+    /// it may not have heard every live replica: wait for the deadline.
+    full_wait: bool,
+}
+
+impl Barrier {
+    fn new() -> Barrier {
+        Barrier {
+            echoed: false,
+            waiting: Vec::new(),
+            full_wait: false,
+        }
+    }
 }
 
 #[derive(Default)]
 struct State {
-    /// Connected and listening.
-    listening: bool,
+    /// Since when connected and listening.
+    listening_since: Option<Instant>,
+    /// The listener connection's server process: only heartbeats it sent itself renew the
+    /// lease (through a transaction pooler, LISTEN and NOTIFY could run on different server
+    /// connections, and the echo would prove nothing).
+    backend_pid: Option<i32>,
     lease_until: Option<Instant>,
     /// Heartbeats sent and not yet back: number, when sent.
     sent: VecDeque<(u64, Instant)>,
@@ -148,7 +165,8 @@ impl Shared {
     fn lost(&self) {
         {
             let mut s = self.state();
-            s.listening = false;
+            s.listening_since = None;
+            s.backend_pid = None;
             s.lease_until = None;
             s.sent.clear();
         }
@@ -156,9 +174,9 @@ impl Shared {
         self.changed.notify_waiters();
     }
 
-    /// One notification, applied in the order PostgreSQL sent it; returns an answer owed to
-    /// another replica's barrier.
-    fn heard(&self, payload: &str) -> Option<(String, u64)> {
+    /// One notification, sent by server process `pid`, applied in the order PostgreSQL sent
+    /// it; returns an answer owed to another replica's barrier.
+    fn heard(&self, payload: &str, pid: i32) -> Option<(String, u64)> {
         let mut parts = payload.split(' ');
         let kind = parts.next()?;
         if kind == "k" {
@@ -180,7 +198,7 @@ impl Shared {
                                 break;
                             }
                             s.sent.pop_front();
-                            if m == n && s.listening {
+                            if m == n && s.listening_since.is_some() && s.backend_pid == Some(pid) {
                                 s.lease_until = Some(at + LEASE);
                             }
                         }
@@ -192,17 +210,24 @@ impl Shared {
                 ("b", Some(id), Some(n), None) => {
                     let n: u64 = n.parse().ok()?;
                     if id == self.me {
+                        let recent = |heard: &Instant| {
+                            now.saturating_duration_since(*heard) < LEASE + MARGIN
+                        };
                         let live: Vec<String> = s
                             .peers
                             .iter()
-                            .filter(|(_, heard)| now.saturating_duration_since(**heard) < LEASE)
+                            .filter(|(_, heard)| recent(heard))
                             .map(|(p, _)| p.clone())
                             .collect();
                         s.peers
                             .retain(|_, heard| now.saturating_duration_since(*heard) < LEASE * 4);
+                        let full_wait = s
+                            .listening_since
+                            .is_none_or(|t| now.saturating_duration_since(t) < LEASE + MARGIN);
                         if let Some(b) = s.barriers.get_mut(&n) {
                             b.echoed = true;
                             b.waiting = live;
+                            b.full_wait = full_wait;
                         }
                         None
                     } else {
@@ -227,7 +252,7 @@ impl Shared {
 
     fn usable(&self) -> bool {
         let s = self.state();
-        s.listening && s.lease_until.is_some_and(|t| Instant::now() < t)
+        s.listening_since.is_some() && s.lease_until.is_some_and(|t| Instant::now() < t)
     }
 }
 
@@ -239,17 +264,46 @@ async fn listen(shared: &Arc<Shared>, connect: &Connect) -> Result<(), String> {
         .batch_execute(&format!("LISTEN \"{}\"", shared.channel))
         .await
         .map_err(err)?;
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .map_err(err)?
+        .get(0);
     // Anything cached before this point may have changed unheard.
     shared.cache.clear();
-    shared.state().listening = true;
+    {
+        let mut s = shared.state();
+        s.listening_since = Some(Instant::now());
+        s.backend_pid = Some(pid);
+    }
     let notify = client
         .prepare("SELECT pg_notify($1, $2)")
         .await
         .map_err(err)?;
+    // Heartbeats and answers go out from their own task, in order, so that applying what
+    // arrives never waits for a send.
+    let (out, mut outgoing) = mpsc::unbounded_channel::<String>();
+    let client = Arc::new(client);
+    let sender = {
+        let client = client.clone();
+        let channel = shared.channel.clone();
+        tokio::spawn(async move {
+            while let Some(payload) = outgoing.recv().await {
+                if let Err(e) = client.execute(&notify, &[&channel, &payload]).await {
+                    return e.to_string();
+                }
+            }
+            "stopped".to_owned()
+        })
+    };
+    let mut sender = std::pin::pin!(sender);
     let mut beat = tokio::time::interval(HEARTBEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            ended = &mut sender => {
+                return Err(ended.unwrap_or_else(|e| e.to_string()));
+            }
             _ = beat.tick() => {
                 let payload = {
                     let mut s = shared.state();
@@ -262,16 +316,18 @@ async fn listen(shared: &Arc<Shared>, connect: &Connect) -> Result<(), String> {
                     }
                     format!("h {} {n}", shared.me)
                 };
-                client.execute(&notify, &[&shared.channel, &payload]).await.map_err(err)?;
+                // Sent after it was noted: the lease it earns runs from before the send.
+                out.send(payload).map_err(|_| "sender stopped".to_owned())?;
             }
             m = messages.recv() => {
                 let Some(m) = m else { return Err("connection closed".to_owned()) };
                 if let AsyncMessage::Notification(n) = m
                     && n.channel() == shared.channel
-                    && let Some((to, b)) = shared.heard(n.payload())
+                    && let Some((to, b)) = shared.heard(n.payload(), n.process_id())
                 {
-                    let payload = format!("a {} {to} {b}", shared.me);
-                    client.execute(&notify, &[&shared.channel, &payload]).await.map_err(err)?;
+                    // Everything before the barrier is applied: answer it.
+                    out.send(format!("a {} {to} {b}", shared.me))
+                        .map_err(|_| "sender stopped".to_owned())?;
                 }
             }
         }
@@ -315,16 +371,13 @@ impl Peers for PgPeers {
             let mut s = shared.state();
             s.next_barrier += 1;
             let n = s.next_barrier;
-            s.barriers.insert(
-                n,
-                Barrier {
-                    echoed: false,
-                    waiting: Vec::new(),
-                },
-            );
+            s.barriers.insert(n, Barrier::new());
             n
         };
+        // Whether it ends or its request goes away, the barrier is forgotten.
+        let _forget = Forget { shared, n };
         let started = Instant::now();
+        let deadline = started + LEASE + MARGIN;
         let sent = async {
             let conn = self
                 .pool
@@ -339,25 +392,38 @@ impl Peers for PgPeers {
         }
         .await;
         if let Err(e) = sent {
-            shared.state().barriers.remove(&n);
-            return Err(e);
+            // The write is done either way: without answers, waiting out the lease is what
+            // makes every other replica's copy unanswerable.
+            tracing::warn!(error = %e, "store cache barrier not sent; waiting out the lease");
+            tokio::time::sleep_until(deadline).await;
+            return Ok(());
         }
-        let deadline = started + LEASE + MARGIN;
         loop {
             let woken = shared.changed.notified();
             {
-                let mut s = shared.state();
+                let s = shared.state();
                 let done = s
                     .barriers
                     .get(&n)
-                    .is_none_or(|b| b.echoed && b.waiting.is_empty());
+                    .is_none_or(|b| b.echoed && !b.full_wait && b.waiting.is_empty());
                 if done || Instant::now() >= deadline {
-                    s.barriers.remove(&n);
                     return Ok(());
                 }
             }
             let _ = tokio::time::timeout_at(deadline, woken).await;
         }
+    }
+}
+
+/// Removes a settle's barrier when the settle ends, however it ends.
+struct Forget<'a> {
+    shared: &'a Shared,
+    n: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.shared.state().barriers.remove(&self.n);
     }
 }
 
@@ -367,6 +433,8 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::clock::UnixTime;
 
+    const PID: i32 = 4242;
+
     fn shared(me: &str) -> Shared {
         Shared {
             me: me.to_owned(),
@@ -375,6 +443,13 @@ mod tests {
             state: Mutex::new(State::default()),
             changed: Notify::new(),
         }
+    }
+
+    /// Listening on server process [`PID`] since `ago`.
+    fn listening(s: &Shared, ago: Duration) {
+        let mut st = s.state();
+        st.listening_since = Some(Instant::now().checked_sub(ago).unwrap());
+        st.backend_pid = Some(PID);
     }
 
     fn beat(s: &Shared) -> String {
@@ -389,11 +464,11 @@ mod tests {
     async fn the_cache_answers_only_within_a_lease_from_an_echoed_heartbeat() {
         let a = shared("a");
         assert!(!a.usable(), "not before listening");
-        a.state().listening = true;
+        listening(&a, Duration::ZERO);
         let h = beat(&a);
         assert!(!a.usable(), "not before the heartbeat came back");
         tokio::time::advance(Duration::from_millis(300)).await;
-        a.heard(&h);
+        a.heard(&h, PID);
         assert!(a.usable());
         // The lease runs from the sending, not from the echo.
         tokio::time::advance(LEASE - Duration::from_millis(300)).await;
@@ -402,35 +477,53 @@ mod tests {
             "a listener that stopped hearing itself stops answering"
         );
         let h = beat(&a);
-        a.heard(&h);
+        a.heard(&h, PID);
         assert!(a.usable());
         a.lost();
         assert!(!a.usable(), "a lost listener answers nothing");
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_echoed_by_another_server_connection_earns_no_lease() {
+        // Behind a transaction pooler the NOTIFY may run on a connection other than the
+        // LISTEN's, and notifications sent meanwhile to the listener's are lost.
+        let a = shared("a");
+        listening(&a, Duration::ZERO);
+        let h = beat(&a);
+        a.heard(&h, PID + 1);
+        assert!(!a.usable());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_barrier_waits_for_replicas_heard_within_the_lease_and_for_no_one_else() {
         let a = shared("a");
-        a.state().listening = true;
-        a.heard("h b 1");
+        listening(&a, LEASE * 3);
+        a.heard("h b 1", 1);
         tokio::time::advance(LEASE * 2).await;
-        a.heard("h c 7");
-        a.state().barriers.insert(
-            1,
-            Barrier {
-                echoed: false,
-                waiting: Vec::new(),
-            },
-        );
-        a.heard("b a 1");
+        a.heard("h c 7", 2);
+        a.state().barriers.insert(1, Barrier::new());
+        a.heard("b a 1", PID);
         let waiting = a.state().barriers[&1].waiting.clone();
         assert_eq!(waiting, ["c"], "b has been silent longer than a lease");
-        assert_eq!(a.heard("a b a 1"), None);
+        assert!(!a.state().barriers[&1].full_wait);
+        assert_eq!(a.heard("a b a 1", 1), None);
         assert_eq!(a.state().barriers[&1].waiting, ["c"]);
-        a.heard("a c a 1");
+        a.heard("a c a 1", 2);
         assert!(a.state().barriers[&1].waiting.is_empty());
         // Another replica's barrier is answered, once everything before it is applied.
-        assert_eq!(a.heard("b c 9"), Some(("c".to_owned(), 9)));
+        assert_eq!(a.heard("b c 9", 2), Some(("c".to_owned(), 9)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_listener_younger_than_a_lease_waits_out_the_deadline() {
+        // It may not yet have heard a replica whose last heartbeat came before it listened,
+        // and whose lease still runs.
+        let a = shared("a");
+        listening(&a, LEASE / 2);
+        a.state().barriers.insert(1, Barrier::new());
+        a.heard("b a 1", PID);
+        let b = &a.state().barriers[&1];
+        assert!(b.echoed && b.waiting.is_empty() && b.full_wait);
     }
 
     #[tokio::test]
@@ -444,10 +537,10 @@ mod tests {
         });
         a.cache.fill_for_test(&[grant, other], &[v.clone(), v]);
         assert_eq!(a.cache.len(), 2);
-        a.heard("k not_a_keyspace x");
-        a.heard("garbage");
+        a.heard("k not_a_keyspace x", 1);
+        a.heard("garbage", 1);
         assert_eq!(a.cache.len(), 2);
-        a.heard("k grants u1 2");
+        a.heard("k grants u1 2", 1);
         assert_eq!(
             a.cache.len(),
             1,
@@ -461,9 +554,13 @@ mod tests {
         for ks in super::super::cache::CACHED {
             assert!(sql.contains(&format!("'{}'", ks.name())), "{}", ks.name());
         }
-        assert_eq!(
-            sql.matches("', '").count() + 1,
-            super::super::cache::CACHED.len()
-        );
+        let list = sql
+            .split("ARRAY[")
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap();
+        assert_eq!(list.split(',').count(), super::super::cache::CACHED.len());
     }
 }

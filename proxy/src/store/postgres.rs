@@ -52,16 +52,15 @@ CREATE INDEX IF NOT EXISTS mop_kv_expiry ON mop_kv (expires_at) WHERE expires_at
 const TRIGGER_SQL: &str = r#"
 CREATE OR REPLACE FUNCTION mop_kv_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    ks TEXT;
-    k TEXT;
+    cached CONSTANT TEXT[] := ARRAY['access_tokens', 'refresh_families', 'standing', 'grants', 'allowances'];
+    channel CONSTANT TEXT := 'mop_' || TG_TABLE_SCHEMA;
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        ks := OLD.keyspace; k := OLD.key;
-    ELSE
-        ks := NEW.keyspace; k := NEW.key;
+    IF TG_OP <> 'INSERT' AND OLD.keyspace = ANY (cached) THEN
+        PERFORM pg_notify(channel, 'k ' || OLD.keyspace || ' ' || OLD.key);
     END IF;
-    IF ks IN ('access_tokens', 'refresh_families', 'standing', 'grants', 'allowances') THEN
-        PERFORM pg_notify('mop_' || TG_TABLE_SCHEMA, 'k ' || ks || ' ' || k);
+    IF TG_OP <> 'DELETE' AND NEW.keyspace = ANY (cached)
+        AND (TG_OP = 'INSERT' OR NEW.keyspace <> OLD.keyspace OR NEW.key <> OLD.key) THEN
+        PERFORM pg_notify(channel, 'k ' || NEW.keyspace || ' ' || NEW.key);
     END IF;
     RETURN NULL;
 END
@@ -119,6 +118,8 @@ pub struct PgStore {
     listen_cfg: tokio_postgres::Config,
     tls: Tls,
     schema: String,
+    /// This replica's name among the others (random per start).
+    replica_id: String,
 }
 
 /// TLS options taken out of the URL (tokio-postgres does not know `sslrootcert`).
@@ -189,12 +190,15 @@ impl PgStore {
         let mut cfg = tokio_postgres::Config::from_str(&url)
             .map_err(|e| backend(format!("store.url: {e}")))?;
         if let Some(s) = schema {
-            if !s
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            // The trigger's channel is `mop_<schema>`, an identifier of at most 63 bytes.
+            if s.is_empty()
+                || s.len() > 59
+                || !s
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
             {
                 return Err(backend(
-                    "store schema: lowercase letters, digits and _ only",
+                    "store schema: 1 to 59 lowercase letters, digits and _",
                 ));
             }
             cfg.options(format!("-c search_path={s}"));
@@ -231,6 +235,8 @@ impl PgStore {
             listen_cfg: deferred_cfg.clone(),
             tls,
             schema: String::new(),
+            replica_id: crate::crypto::random_token()
+                .map_err(|e| backend(format!("replica id: {e}")))?,
         };
         store.migrate(schema).await?;
         let mut store = store;
@@ -687,10 +693,8 @@ impl Store for PgStore {
                 Ok((client, rx))
             })
         });
-        let me = crate::crypto::random_token()
-            .unwrap_or_else(|_| format!("replica-{}", std::process::id()));
         Arc::new(super::pg_peers::PgPeers::start(
-            me,
+            self.replica_id.clone(),
             &self.schema,
             cache,
             // Barriers need no durability either (see `listen_cfg`).
