@@ -421,10 +421,25 @@ async fn replica_that_lost_its_cache_listener_still_honours_a_revocation_at_once
             .await
             .unwrap();
     tokio::spawn(connection);
+    let name = format!("mcp-oauth-proxy listener {}", a.schema());
+    for _ in 0..100 {
+        let n: i64 = pg
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let ended = pg
         .query(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-            &[&format!("mcp-oauth-proxy listener {}", a.schema())],
+            &[&name],
         )
         .await
         .unwrap();

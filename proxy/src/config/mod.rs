@@ -472,6 +472,26 @@ code_ttl_secs = 5
     }
 
     #[test]
+    fn record_cache_defaults_may_be_turned_off_and_is_bounded() {
+        let c = Config::from_toml(MINIMAL, &HashMap::new()).unwrap();
+        assert_eq!(c.record_cache_entries, crate::store::cache::DEFAULT_ENTRIES);
+        for (set, want) in [("0", 0), ("1000000", 1_000_000)] {
+            let text = MINIMAL.replace(
+                "path = \"/tmp/x\"",
+                &format!("path = \"/tmp/x\"\nrecord_cache_entries = {set}"),
+            );
+            let c = Config::from_toml(&text, &HashMap::new()).unwrap();
+            assert_eq!(c.record_cache_entries, want);
+        }
+        let text = MINIMAL.replace(
+            "path = \"/tmp/x\"",
+            "path = \"/tmp/x\"\nrecord_cache_entries = 1000001",
+        );
+        let e = Config::from_toml(&text, &HashMap::new()).unwrap_err();
+        assert!(e.to_string().contains("store.record_cache_entries"), "{e}");
+    }
+
+    #[test]
     fn sled_cache_defaults_is_bounded_and_is_sled_only() {
         let c = Config::from_toml(MINIMAL, &HashMap::new()).unwrap();
         assert!(matches!(

@@ -83,6 +83,8 @@ struct State {
     /// connections, and the echo would prove nothing).
     backend_pid: Option<i32>,
     lease_until: Option<Instant>,
+    /// When our own heartbeat last came back (or listening began).
+    last_echo: Option<Instant>,
     /// Heartbeats sent and not yet back: number, when sent.
     sent: VecDeque<(u64, Instant)>,
     next_heartbeat: u64,
@@ -166,6 +168,7 @@ impl Shared {
         {
             let mut s = self.state();
             s.listening_since = None;
+            s.last_echo = None;
             s.backend_pid = None;
             s.lease_until = None;
             s.sent.clear();
@@ -200,6 +203,7 @@ impl Shared {
                             s.sent.pop_front();
                             if m == n && s.listening_since.is_some() && s.backend_pid == Some(pid) {
                                 s.lease_until = Some(at + LEASE);
+                                s.last_echo = Some(now);
                             }
                         }
                     } else {
@@ -260,20 +264,28 @@ impl Shared {
 async fn listen(shared: &Arc<Shared>, connect: &Connect) -> Result<(), String> {
     let (client, mut messages) = connect().await?;
     let err = |e: tokio_postgres::Error| e.to_string();
-    client
-        .batch_execute(&format!("LISTEN \"{}\"", shared.channel))
+    // One simple query, one implicit transaction, so one server connection: the pid is the
+    // listening one's.
+    let answers = client
+        .simple_query(&format!(
+            "LISTEN \"{}\"; SELECT pg_backend_pid()",
+            shared.channel
+        ))
         .await
         .map_err(err)?;
-    let pid: i32 = client
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .map_err(err)?
-        .get(0);
+    let pid: i32 = answers
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+            _ => None,
+        })
+        .ok_or_else(|| "no backend pid".to_owned())?;
     // Anything cached before this point may have changed unheard.
     shared.cache.clear();
     {
         let mut s = shared.state();
         s.listening_since = Some(Instant::now());
+        s.last_echo = s.listening_since;
         s.backend_pid = Some(pid);
     }
     let notify = client
@@ -307,6 +319,11 @@ async fn listen(shared: &Arc<Shared>, connect: &Connect) -> Result<(), String> {
             _ = beat.tick() => {
                 let payload = {
                     let mut s = shared.state();
+                    // A connection that stopped hearing itself (half-open TCP, a stuck
+                    // server) is given up and made again.
+                    if s.last_echo.is_none_or(|t| t.elapsed() > LEASE * 3) {
+                        return Err("no heartbeat came back for 3 s".to_owned());
+                    }
                     s.next_heartbeat += 1;
                     let n = s.next_heartbeat;
                     s.sent.push_back((n, Instant::now()));
