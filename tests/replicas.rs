@@ -315,21 +315,30 @@ fn refusal_text(msg: &serde_json::Value) -> Option<&str> {
         .filter(|t| t.contains("/connect/"))
 }
 
-/// `/mcp` caches none of its checks: what one replica withdraws or revokes (the agent's
-/// allowance, the person's GitHub grant, the access token) is honoured by the very next
-/// `tools/call` on the other.
+/// alice, her agent registered and authorized on `a`, and that agent's MCP client pointed at
+/// `b`'s own `/mcp` (2026-07-28).
+async fn alice_calling(
+    a: &TestProxy,
+    b: &TestProxy,
+) -> (crate::support::people::Person, crate::support::mcp::Mcp) {
+    let alice =
+        crate::support::people::Person::with_agent(a, "alice", "Repo Helper", "2026-07-28").await;
+    let mut on_b = crate::support::mcp::Mcp::with_token(b, &alice.mcp.token);
+    on_b.url = b.own_url("/mcp");
+    on_b.version = "2026-07-28";
+    (alice, on_b)
+}
+
+/// What one replica withdraws or revokes (the agent's allowance, the person's GitHub grant,
+/// the access token) is honoured by the very next `tools/call` on the other, whose record
+/// cache holds those checks (`store::cache`).
 #[tokio::test]
 async fn mcp_on_one_replica_honours_at_once_what_the_other_withdrew_or_revoked() {
-    use crate::support::mcp::Mcp;
-    use crate::support::people::Person;
     use serde_json::json;
     let Some((a, b)) = pair_with_backends().await else {
         return;
     };
-    let alice = Person::with_agent(&a, "alice", "Repo Helper", "2026-07-28").await;
-    let mut on_b = Mcp::with_token(&b, &alice.mcp.token);
-    on_b.url = b.own_url("/mcp");
-    on_b.version = "2026-07-28";
+    let (alice, on_b) = alice_calling(&a, &b).await;
     let (status, msg) = on_b.call_tool("whoami", json!({})).await;
     assert_eq!(status, 200, "{msg}");
     assert!(msg.to_string().contains("alice"), "{msg}");
@@ -399,16 +408,11 @@ async fn mcp_on_one_replica_honours_at_once_what_the_other_withdrew_or_revoked()
 /// on the other replica is still honoured by its next request.
 #[tokio::test]
 async fn replica_that_lost_its_cache_listener_still_honours_a_revocation_at_once() {
-    use crate::support::mcp::Mcp;
-    use crate::support::people::Person;
     use serde_json::json;
     let Some((a, b)) = pair_with_backends().await else {
         return;
     };
-    let alice = Person::with_agent(&a, "alice", "Repo Helper", "2026-07-28").await;
-    let mut on_b = Mcp::with_token(&b, &alice.mcp.token);
-    on_b.url = b.own_url("/mcp");
-    on_b.version = "2026-07-28";
+    let (alice, on_b) = alice_calling(&a, &b).await;
     for _ in 0..2 {
         let (status, msg) = on_b.call_tool("whoami", json!({})).await;
         assert_eq!(status, 200, "{msg}");

@@ -112,6 +112,9 @@ struct Inner {
     record_cache_lookups: Family<ResultLabels, Counter>,
     record_cache_entries: Gauge,
     record_cache_answering: Gauge,
+    /// Serializes [`Metrics::record_cache`] updates (two scrapes at once would both add the
+    /// same difference).
+    record_cache_seen: std::sync::Mutex<()>,
     /// Serializes [`Metrics::store_disk_flushes`] updates (a counter only moves forward).
     disk_flushes_seen: std::sync::Mutex<u64>,
 }
@@ -366,6 +369,7 @@ impl Metrics {
             record_cache_lookups,
             record_cache_entries,
             record_cache_answering,
+            record_cache_seen: std::sync::Mutex::new(()),
             registry,
             requests,
             request_seconds,
@@ -593,6 +597,11 @@ impl Metrics {
 
     /// The record cache's counts, read when the metrics are scraped.
     pub fn record_cache(&self, cache: &crate::store::CachingStore) {
+        let _one_at_a_time = self
+            .0
+            .record_cache_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (hits, misses) = cache.cache().hits_and_misses();
         for (result, total) in [("hit", hits), ("miss", misses)] {
             let c = self.0.record_cache_lookups.get_or_create(&ResultLabels {

@@ -17,11 +17,16 @@
 //! - **Settle.** After a write to a cached keyspace, before the response leaves, the writer
 //!   notifies `b <id> <n>` and waits until its own listener has seen it (so it has heard the
 //!   heartbeats of every replica that started before the write), then until each replica
-//!   heard from within [`LEASE`] answers `a <peer> <id> <n>` (sent after it applied everything
-//!   up to the barrier, the write's keys included). It never waits past [`LEASE`] +
-//!   [`MARGIN`] from the barrier: by then any replica that has not answered has lost its
-//!   lease (its leases come from heartbeats sent before the write committed; any later
-//!   heartbeat it sees comes after the write's notification).
+//!   heard from within [`LEASE`] + [`MARGIN`] answers `a <peer> <id> <n>` (sent after it
+//!   applied everything up to the barrier, the write's keys included). It never waits past
+//!   [`LEASE`] + [`MARGIN`] from the barrier: by then any replica that has not answered has
+//!   lost its lease (its leases come from heartbeats sent before the write committed; any
+//!   later heartbeat it sees comes after the write's notification). That full wait is also
+//!   what a listener younger than [`LEASE`] + [`MARGIN`] does (it may not yet have heard a
+//!   replica whose last heartbeat came before it listened), and a barrier that could not be
+//!   sent.
+//! - Only a heartbeat that the listener's own server process sent earns a lease, and a
+//!   listener that has not heard itself for 3 × [`LEASE`] reconnects.
 //!
 //! Times are the replica's own monotonic clock (`tokio::time::Instant`, paused in tests); the
 //! argument needs only that replicas' clocks run at about the same rate ([`MARGIN`]).
@@ -71,6 +76,11 @@ impl Barrier {
             waiting: Vec::new(),
             full_wait: false,
         }
+    }
+
+    /// Whether the settle may end before its deadline.
+    fn settled(&self) -> bool {
+        self.echoed && !self.full_wait && self.waiting.is_empty()
     }
 }
 
@@ -419,10 +429,7 @@ impl Peers for PgPeers {
             let woken = shared.changed.notified();
             {
                 let s = shared.state();
-                let done = s
-                    .barriers
-                    .get(&n)
-                    .is_none_or(|b| b.echoed && !b.full_wait && b.waiting.is_empty());
+                let done = s.barriers.get(&n).is_none_or(Barrier::settled);
                 if done || Instant::now() >= deadline {
                     return Ok(());
                 }
@@ -522,11 +529,11 @@ mod tests {
         a.heard("b a 1", PID);
         let waiting = a.state().barriers[&1].waiting.clone();
         assert_eq!(waiting, ["c"], "b has been silent longer than a lease");
-        assert!(!a.state().barriers[&1].full_wait);
+        assert!(!a.state().barriers[&1].settled(), "c has not answered");
         assert_eq!(a.heard("a b a 1", 1), None);
         assert_eq!(a.state().barriers[&1].waiting, ["c"]);
         a.heard("a c a 1", 2);
-        assert!(a.state().barriers[&1].waiting.is_empty());
+        assert!(a.state().barriers[&1].settled());
         // Another replica's barrier is answered, once everything before it is applied.
         assert_eq!(a.heard("b c 9", 2), Some(("c".to_owned(), 9)));
     }
@@ -541,6 +548,7 @@ mod tests {
         a.heard("b a 1", PID);
         let b = &a.state().barriers[&1];
         assert!(b.echoed && b.waiting.is_empty() && b.full_wait);
+        assert!(!b.settled(), "no one to wait for, and still the deadline");
     }
 
     #[tokio::test]
