@@ -168,7 +168,16 @@ async fn child(name: &str, plan: &Plan, args: &[String]) {
                 (None, Some(reason)) => Err(reason.to_owned()),
                 (None, None) => nginx::ensure(),
             };
-            mcp_bench::child(&levels, plan.mcp_rounds, plan.mcp_seg, nginx).await;
+            let only: Option<Vec<String>> =
+                arg(args, "--sides").map(|s| s.split(',').map(str::to_owned).collect());
+            mcp_bench::child(
+                &levels,
+                plan.mcp_rounds,
+                plan.mcp_seg,
+                nginx,
+                only.as_deref(),
+            )
+            .await;
         }
         "flows" => {
             let levels = levels_arg(args, &plan.oauth_levels);

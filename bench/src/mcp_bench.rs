@@ -147,6 +147,7 @@ pub async fn child(
     rounds: usize,
     seg: Duration,
     nginx: Result<std::path::PathBuf, String>,
+    only: Option<&[String]>,
 ) {
     use crate::harness::Backing;
     let backend_url = crate::backend::start().await;
@@ -224,6 +225,10 @@ pub async fn child(
             },
         });
         keep.push((github, proxy));
+    }
+    // `--sides sled` (a child only): one side alone, for a profiler's view of it.
+    if let Some(only) = only {
+        sides.retain(|s| only.iter().any(|o| o == s.key));
     }
     compare(&sides, levels, rounds, seg).await;
     if let Ok(n) = nginx {

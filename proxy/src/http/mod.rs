@@ -24,6 +24,8 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 use http::{HeaderName, Method, header};
+use tower::ServiceBuilder;
+use tower::util::option_layer;
 use tower_http::cors::{AllowHeaders, AllowOrigin, Any, CorsLayer};
 
 use crate::app::App;
@@ -171,38 +173,47 @@ pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
     let gateway = Router::new().route("/mcp", any(mcp::mcp)).layer(mcp_cors);
     let https = !app.config.public_url.is_http();
     let drain = app.drain.clone();
+    let metrics = app.metrics.clone();
     let routes = api
         .merge(browser)
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
-        .route_layer(axum::middleware::from_fn(request_metrics::tag_route))
-        .route_layer(axum::middleware::from_fn(trace::route))
+        // The route's own span and metrics label (they need `MatchedPath`, set by routing).
+        .route_layer(
+            ServiceBuilder::new()
+                .layer(axum::middleware::from_fn(trace::route))
+                .layer(axum::middleware::from_fn(request_metrics::tag_route)),
+        )
         .fallback(browser::not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::new(trusted),
-            client_ip::layer,
-        ))
-        .layer(axum::middleware::from_fn(headers::security_headers));
-    // HSTS whenever the public URL is https, TLS terminated here or in front (headers.rs).
-    let routes = if https {
-        routes.layer(axum::middleware::from_fn(headers::hsts))
-    } else {
-        routes
-    };
-    routes
-        .layer(axum::middleware::from_fn(request_id::request_id))
-        .layer(axum::middleware::from_fn(trace::trace))
-        .layer(axum::middleware::from_fn_with_state(
-            app.metrics.clone(),
-            request_metrics::record,
-        ))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app);
+    // The layers every request passes, outermost first, around the routed router as one
+    // service. Not `Router::layer`: that boxes each layer into every route, and axum clones a
+    // route's whole chain of boxes for each request, once more per `from_fn` layer inside it
+    // (measured: ~100 allocations of a proxied `tools/call`'s ~500; BENCHMARKS.md).
+    let edge = ServiceBuilder::new()
         // Streaming bodies end cleanly at the shutdown grace deadline (shutdown.rs).
         .layer(axum::middleware::map_response_with_state(
             drain,
             crate::shutdown::bound_streams,
         ))
-        .with_state(app)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            request_metrics::record,
+        ))
+        .layer(axum::middleware::from_fn(trace::trace))
+        .layer(axum::middleware::from_fn(request_id::request_id))
+        // HSTS whenever the public URL is https, TLS terminated here or in front (headers.rs).
+        .layer(option_layer(
+            https.then(|| axum::middleware::from_fn(headers::hsts)),
+        ))
+        .layer(axum::middleware::from_fn(headers::security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::new(trusted),
+            client_ip::layer,
+        ))
+        .service(routes);
+    Router::new().fallback_service(edge)
 }
 
 /// Serves until `shutdown` resolves, then lets in-flight requests finish; every connection
