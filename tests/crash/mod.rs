@@ -98,7 +98,7 @@ const UPSTREAM_COMMIT_WINDOW: Duration = Duration::from_millis(10);
 /// flush waits for that one and its own: CI saw an event still not durable 535 ms after its
 /// answer (2026-12-02). 1000 ms covers that with room, and is shorter than the check pass
 /// and load between kills (the pass alone takes 0.4–2 s), so most calls are still owed at
-/// their kill (≈95 % of them in that run), not only those of the quiet end.
+/// their kill, not only those of the quiet end (with 500 ms, 7719 of 8054 were).
 const UPSTREAM_MARGIN: Duration = Duration::from_millis(1000);
 /// The trail is read for owed upstream-action events after every this many kills.
 const UPSTREAM_LOOK_EVERY: usize = 8;
