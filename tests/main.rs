@@ -100,6 +100,7 @@ mod e2e {
 mod ops {
     mod demo;
     mod deploy;
+    mod edge;
     mod policy_reload;
     mod shutdown;
     mod telemetry;
