@@ -4,7 +4,9 @@
 //! incrementally as they stream through), the outcome of a call and any `requestState` the
 //! backend minted. Bodies are forwarded byte for byte; this only reads them.
 
+use serde::Deserialize as _;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 // Defined by the session binding, which reads the header; re-exported for the gateway.
 pub use crate::bindings::session_binding::Version;
@@ -145,8 +147,105 @@ pub enum Seen {
     RequestState(String),
 }
 
-/// Reads one outbound JSON-RPC message.
+/// The parts of a response message [`inspect_response`] reads, borrowed from it: everything
+/// else (a tool's whole output) is skipped by the parser, never built into a tree.
+#[derive(serde::Deserialize)]
+struct Peek<'a> {
+    #[serde(default, deserialize_with = "present")]
+    method: bool,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    result: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
+}
+
+/// The parts of a `result` object [`inspect_response`] reads.
+#[derive(serde::Deserialize)]
+struct PeekResult {
+    #[serde(default, rename = "requestState")]
+    request_state: Option<Value>,
+    #[serde(default, rename = "resultType")]
+    result_type: Option<Value>,
+    #[serde(default, rename = "isError")]
+    is_error: Option<Value>,
+}
+
+/// A key present with any value, `null` included (as `Map::get(..).is_some()` reads it).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
+}
+
+/// A key present with any value, `null` included, as its text.
+fn raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// Whether JSON text is an object (its first byte, the text being valid JSON).
+fn is_object(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+}
+
+/// Reads one outbound JSON-RPC message. The usual shape (one object, each key once) is read
+/// without building the message ([`Peek`]); anything else (a repeated key, a key with an
+/// escape) is read as a `Value`, with the same rules, so both readings agree on every input
+/// (see the tests).
 pub fn inspect_response(msg: &[u8]) -> Vec<Seen> {
+    let text = std::str::from_utf8(msg).unwrap_or_default();
+    if !is_object(text) {
+        // Not an object: nothing to read (and a derived struct would accept an array).
+        return Vec::new();
+    }
+    match serde_json::from_str::<Peek<'_>>(text).and_then(peeked) {
+        Ok(seen) => seen,
+        Err(_) => inspect_response_value(msg),
+    }
+}
+
+fn peeked(p: Peek<'_>) -> Result<Vec<Seen>, serde_json::Error> {
+    let mut out = Vec::new();
+    if p.method {
+        return Ok(out); // a notification or a server request, not a response
+    }
+    let Some(id) = p.id else {
+        return Ok(out);
+    };
+    // The id's text as serde_json writes a `Value` (so `1.0` and `"\u0061"` read as the
+    // request's own id does).
+    let id = serde_json::from_str::<Value>(id.get())?.to_string();
+    let outcome = match (p.result, p.error) {
+        (_, true) => Outcome::Error,
+        (Some(r), false) => {
+            // A `result` that is no object has none of these (as `Value::get` reads it).
+            let r = if is_object(r.get()) {
+                serde_json::from_str::<PeekResult>(r.get())?
+            } else {
+                PeekResult {
+                    request_state: None,
+                    result_type: None,
+                    is_error: None,
+                }
+            };
+            if let Some(state) = r.request_state.as_ref().and_then(Value::as_str) {
+                out.push(Seen::RequestState(state.to_owned()));
+            }
+            if r.result_type.as_ref().and_then(Value::as_str) == Some("input_required") {
+                Outcome::InputRequired
+            } else if r.is_error.as_ref().and_then(Value::as_bool) == Some(true) {
+                Outcome::ToolError
+            } else {
+                Outcome::Ok
+            }
+        }
+        (None, false) => return Ok(out),
+    };
+    out.push(Seen::Response { id, outcome });
+    Ok(out)
+}
+
+/// [`inspect_response`] on a parsed `Value` (later duplicate keys win, as serde_json's map).
+fn inspect_response_value(msg: &[u8]) -> Vec<Seen> {
     let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(msg) else {
         return Vec::new();
     };
@@ -299,6 +398,80 @@ fn sse_data(event: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Messages where a shortcut reading could differ from the `Value` one.
+    const TRICKY: &[&str] = &[
+        r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]}}"#,
+        r#"{"id":7,"result":null}"#,
+        r#"{"id":null,"result":{}}"#,
+        r#"{"id":1.0,"result":{"isError":true}}"#,
+        r#"{"id":"\u0061b","result":{"isError":"true"}}"#,
+        r#"{"id":7,"result":[null,"input_required",true]}"#,
+        r#"{"id":7,"result":5}"#,
+        r#"{"id":7,"result":"x"}"#,
+        r#"{"id":7,"error":null}"#,
+        r#"{"id":7,"error":{"code":1},"result":{"requestState":"s"}}"#,
+        r#"{"id":7,"method":null,"result":{}}"#,
+        r#"{"m\u0065thod":"x","id":7,"result":{}}"#,
+        r#"{"id":7,"id":8,"result":{}}"#,
+        r#"{"id":7,"result":{"isError":false,"isError":true}}"#,
+        r#"{"id":7,"result":{"requestState":"a","requestState":"b"}}"#,
+        r#"{"id":7,"result":{"resultType":"input_required","requestState":"st"}}"#,
+        r#"{"id":7,"result":{"requestState":{"nested":1}}}"#,
+        r#"{"id":7,"result":{}} trailing"#,
+        r#"[{"id":7,"result":{}}]"#,
+        r#"[]"#,
+        r#"  {"id":7,"result":{"isError":true}}  "#,
+        r#"{"result":{"isError":true}}"#,
+        "\u{feff}{\"id\":7,\"result\":{}}",
+        r#"{"id":7,"result":{"is\u0045rror":true}}"#,
+        "",
+        "nope",
+    ];
+
+    #[test]
+    fn the_shortcut_reads_every_response_as_the_value_reading_does() {
+        for m in TRICKY {
+            assert_eq!(
+                inspect_response(m.as_bytes()),
+                inspect_response_value(m.as_bytes()),
+                "{m}"
+            );
+        }
+        assert_eq!(
+            inspect_response(TRICKY[0].as_bytes()),
+            [Seen::Response {
+                id: "7".into(),
+                outcome: Outcome::Ok
+            }]
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_shortcut_agrees_with_the_value_reading_on_generated_messages(
+            keys in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec!["method", "id", "result", "error", "jsonrpc", "x", "m\\u0065thod"]),
+                    proptest::sample::select(vec![
+                        "null", "7", "1.0", "\"a\"", "\"\\u0061\"", "true", "[]", "[1,true]", "{}",
+                        r#"{"isError":true}"#, r#"{"isError":1}"#, r#"{"resultType":"input_required"}"#,
+                        r#"{"requestState":"s","isError":true}"#, r#"{"requestState":null}"#,
+                        r#"{"isError":true,"isError":false}"#, r#"{"content":[{"text":"x"}],"isError":true}"#,
+                    ]),
+                ),
+                0..5,
+            )
+        ) {
+            let body: Vec<String> = keys.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let msg = format!("{{{}}}", body.join(","));
+            proptest::prop_assert_eq!(
+                inspect_response(msg.as_bytes()),
+                inspect_response_value(msg.as_bytes()),
+                "{}", msg
+            );
+        }
+    }
 
     #[test]
     fn initialize_capabilities_are_read() {
