@@ -21,8 +21,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{mpsc, oneshot};
-use tokio::time::{Instant, timeout, timeout_at};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::{Instant, sleep_until, timeout};
 
 use super::{GroupCommit, Observer};
 use crate::store::audit_log::{self, Entry};
@@ -67,13 +67,18 @@ impl Sink for SharedStore {
     }
 }
 
-/// The handle writers queue into (cheap to clone). The task ends, after committing what is
-/// left, once every handle is dropped.
-#[derive(Clone)]
+/// The handle writers queue into (one, shared by the audit sink). The task ends, after
+/// committing what is left, once it is dropped.
 pub(super) struct Committer {
     tx: mpsc::Sender<Msg>,
     /// Events queued and not yet durable (or given up): drain returns at once at zero.
     outstanding: Arc<AtomicUsize>,
+    /// Ends the task's wait for a group's window early: the group is full, or a drain waits.
+    /// Queuing an event does not wake the task (one wake per group, not per event: at many
+    /// thousand calls a second a wake per event cost more than writing the event).
+    wake: Arc<Notify>,
+    /// The most events in one group.
+    max_events: usize,
 }
 
 impl Committer {
@@ -87,15 +92,22 @@ impl Committer {
         let rt = tokio::runtime::Handle::try_current().ok()?;
         let (tx, rx) = mpsc::channel(policy.max_events.max(1));
         let outstanding = Arc::new(AtomicUsize::new(0));
+        let wake = Arc::new(Notify::new());
         let task = Task {
             sink: Box::new(sink),
             policy,
             metrics,
             outstanding: outstanding.clone(),
             retry: Vec::new(),
+            wake: wake.clone(),
         };
         rt.spawn(task.run(rx));
-        Some(Committer { tx, outstanding })
+        Some(Committer {
+            tx,
+            outstanding,
+            wake,
+            max_events: policy.max_events.max(1),
+        })
     }
 
     /// Queues an event; waits only while the queue is full. Hands the item back if the task
@@ -108,6 +120,11 @@ impl Committer {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         metrics.upstream_action_queued();
         room.send(Msg::Event(item));
+        // Queued behind the one the task holds: with it, a full group.
+        let queued = self.tx.max_capacity() - self.tx.capacity();
+        if queued + 1 >= self.max_events {
+            self.wake.notify_one();
+        }
         Ok(())
     }
 
@@ -120,9 +137,17 @@ impl Committer {
         }
         let (tx, rx) = oneshot::channel();
         if self.tx.send(Msg::Drain(tx)).await.is_ok() {
+            self.wake.notify_one();
             let _ = rx.await;
         }
         outstanding
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        // What is queued is committed now, not at the end of its window.
+        self.wake.notify_one();
     }
 }
 
@@ -133,6 +158,8 @@ struct Task {
     outstanding: Arc<AtomicUsize>,
     /// A group whose commit failed once: written again with the next one.
     retry: Vec<Item>,
+    /// See [`Committer::wake`].
+    wake: Arc<Notify>,
 }
 
 impl Task {
@@ -160,14 +187,21 @@ impl Task {
             let mut waiters = Vec::new();
             let mut closed = false;
             take(first, &mut group, &mut waiters);
+            if waiters.is_empty() && self.policy.max_events > 1 {
+                // The window, unless the group fills or a drain comes first (`Committer::wake`).
+                tokio::select! {
+                    () = sleep_until(deadline) => {}
+                    () = self.wake.notified() => {}
+                }
+            }
             while waiters.is_empty() && group.len() < self.policy.max_events {
-                match timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(m)) => take(m, &mut group, &mut waiters),
-                    Ok(None) => {
+                match rx.try_recv() {
+                    Ok(m) => take(m, &mut group, &mut waiters),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
                         closed = true;
                         break;
                     }
-                    Err(_) => break,
                 }
             }
             self.commit(group, waiters).await;
@@ -375,7 +409,9 @@ mod tests {
             ..Groups::default()
         };
         let seen = Seen::default();
-        let c = Committer::start(sink.clone(), policy(10, 2), Arc::new(seen.clone())).unwrap();
+        let c = Arc::new(
+            Committer::start(sink.clone(), policy(10, 2), Arc::new(seen.clone())).unwrap(),
+        );
         // Two fill a group, which the committer is now writing (the gate holds the write).
         for id in ["a", "b"] {
             c.enqueue(item(id), &seen).await.ok().unwrap();
@@ -385,7 +421,7 @@ mod tests {
         for id in ["c", "d"] {
             c.enqueue(item(id), &seen).await.ok().unwrap();
         }
-        let c2 = c.clone();
+        let c2 = Arc::clone(&c);
         let seen2 = seen.clone();
         let fifth = tokio::spawn(async move { c2.enqueue(item("e"), &seen2).await.is_ok() });
         settle().await;
