@@ -165,11 +165,6 @@ pub async fn forward(
         && status.is_success()
     {
         upstream = filtered_list(app, token, filter, upstream, sse).await?;
-    } else if let Some(len) = resp.headers.get(header::CONTENT_LENGTH) {
-        // The answer is relayed byte for byte, so its length (which the backend hop's client
-        // holds the backend to) goes with it: the client reads it without chunked framing.
-        // Framing, not content: it is not on the allow-list of what the backend may say.
-        headers.insert(header::CONTENT_LENGTH, len.clone());
     }
     let observer = Observer {
         app: app.clone(),
