@@ -188,8 +188,8 @@ fn is_object(text: &str) -> bool {
 }
 
 /// Reads one outbound JSON-RPC message. The usual shape (one object, each key once) is read
-/// without building the message ([`Peek`]); anything else (a repeated key, a key with an
-/// escape) is read as a `Value`, with the same rules, so both readings agree on every input
+/// without building the message ([`Peek`]); what that reader refuses (a repeated key, for
+/// one) is read as a `Value`, with the same rules, so both readings agree on every input
 /// (see the tests).
 pub fn inspect_response(msg: &[u8]) -> Vec<Seen> {
     let text = std::str::from_utf8(msg).unwrap_or_default();
