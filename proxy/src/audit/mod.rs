@@ -716,7 +716,8 @@ pub struct Audit {
 /// Where [`Audit::page`] continues (opaque).
 pub use crate::store::audit_log::Cursor as AuditCursor;
 
-/// Events per page when the whole trail is read (export, verify).
+/// Stored rows per page when the whole trail is read (export, verify): a row is one event or
+/// one group-commit row of at most about 4 KiB of events (`store::audit_log`).
 pub const PAGE_SIZE: usize = 500;
 
 /// A stored event.
@@ -965,9 +966,9 @@ impl Audit {
         audit_log::window(self.store.as_ref(), w).await
     }
 
-    /// The next at most `limit` stored events after `cursor` (from the oldest with `None`),
-    /// oldest first, and the cursor to continue from (`None` once the trail is read): export
-    /// and verify read the whole trail this way, one page in memory at a time.
+    /// The events of the next at most `limit` stored rows after `cursor` (from the oldest with
+    /// `None`), oldest first, and the cursor to continue from (`None` once the trail is read):
+    /// export and verify read the whole trail this way, one page in memory at a time.
     pub async fn page(
         &self,
         cursor: Option<&AuditCursor>,

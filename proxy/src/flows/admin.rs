@@ -500,7 +500,7 @@ pub async fn audit_verify(app: &App, _: &Operator) -> Result<VerifyReport, Admin
 }
 
 /// The whole stored trail as JSON lines, oldest first, one page ([`crate::audit::PAGE_SIZE`]
-/// events) at a time (never the whole trail in memory). A store failure mid-way ends the
+/// stored rows) at a time (never the whole trail in memory). A store failure mid-way ends the
 /// stream with an error, so the reader sees a broken transfer rather than a short file that
 /// looks complete.
 pub fn audit_export(
