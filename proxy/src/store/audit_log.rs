@@ -106,13 +106,6 @@ fn group_rows(entries: &[&Entry]) -> Result<Vec<super::Row>, StoreError> {
     let mut open: Option<Open> = None;
     for e in entries {
         let window = e.key.get(..20 - WINDOW_DIGITS).unwrap_or(&e.key);
-        let mut item = b"{\"key\":".to_vec();
-        serde_json::to_writer(&mut item, &e.key)
-            .map_err(|err| StoreError::Backend(format!("encode: {err}")))?;
-        item.extend_from_slice(b",\"rec\":");
-        serde_json::to_writer(&mut item, &e.rec)
-            .map_err(|err| StoreError::Backend(format!("encode: {err}")))?;
-        item.push(b'}');
         let fits = open.as_ref().is_some_and(|o| {
             o.window == window && o.events < GROUP_ROW_EVENTS && o.value.len() < GROUP_ROW_BYTES
         });
@@ -129,7 +122,14 @@ fn group_rows(entries: &[&Entry]) -> Result<Vec<super::Row>, StoreError> {
         if o.events > 0 {
             o.value.push(b',');
         }
-        o.value.extend_from_slice(&item);
+        // Written straight into the row (an error fails the whole write, row and all).
+        o.value.extend_from_slice(b"{\"key\":");
+        serde_json::to_writer(&mut o.value, &e.key)
+            .map_err(|err| StoreError::Backend(format!("encode: {err}")))?;
+        o.value.extend_from_slice(b",\"rec\":");
+        serde_json::to_writer(&mut o.value, &e.rec)
+            .map_err(|err| StoreError::Backend(format!("encode: {err}")))?;
+        o.value.push(b'}');
         o.events += 1;
         o.expires_at = o.expires_at.max(e.expires_at);
     }
