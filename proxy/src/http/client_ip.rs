@@ -8,17 +8,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::extract::{ConnectInfo, Request};
 use http::HeaderMap;
 use ipnet::IpNet;
 
 /// The client's IP as decided by [`resolve`], in request extensions for handlers and audit.
 /// Absent only when the router runs without connection info (in-process benchmarks). Only
-/// [`layer`] makes one, so a handler's `ClientIp` is never a forwarded header believed from
+/// [`attach`] makes one, so a handler's `ClientIp` is never a forwarded header believed from
 /// an untrusted peer. `Clone` and `Copy`: it is a plain address, and axum's `Extension`
-/// extractor hands handlers a copy of what the layer inserted.
+/// extractor hands handlers a copy of what [`attach`] inserted.
 ///
 /// ```compile_fail
 /// use mcp_oauth_proxy::http::client_ip::ClientIp;
@@ -106,23 +104,18 @@ pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -> I
     current
 }
 
-/// Middleware: puts the request's [`ClientIp`] into its extensions.
-pub async fn layer(
-    State(trusted): State<std::sync::Arc<TrustedProxies>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+/// Decides the client IP of `req` and puts it into its extensions as [`ClientIp`]; returns
+/// it for the caller to scope the rest of the request under (`audit::source`). `None` only
+/// without connection info (in-process benchmarks). Called by the edge (`http::front`) for
+/// every request before routing.
+pub fn attach(req: &mut Request, trusted: &TrustedProxies) -> Option<IpAddr> {
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(a)| a.ip());
-    let Some(peer) = peer else {
-        return next.run(req).await;
-    };
-    let ip = resolve(peer, req.headers(), &trusted);
+        .map(|ConnectInfo(a)| a.ip())?;
+    let ip = resolve(peer, req.headers(), trusted);
     req.extensions_mut().insert(ClientIp(ip));
-    // Anonymous refusals are counted under it (`audit::aggregate`).
-    crate::audit::source::scope(ip, next.run(req)).await
+    Some(ip)
 }
 
 /// Which forwarded header a trusted proxy sets (`[server] forwarded_header`).

@@ -11,8 +11,6 @@
 //! in front: the proxy is then reachable only over https by configuration, and browsers ignore
 //! the header on plain-HTTP responses (RFC 6797 §8.1), so it never reaches a loopback dev setup.
 
-use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderValue, header};
 
@@ -22,9 +20,8 @@ pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; fra
 /// (`consent_ui::CONSENT_SCRIPT_CSP_SOURCE`, checked by a test below).
 pub const CSP_CONSENT: &str = "default-src 'none'; script-src 'sha256-Zw/49SQDv/FhPq4kjA2EKMTqeN9EUjhb3vQNaa+wPdQ='; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// Middleware adding the headers.
-pub async fn security_headers(req: Request, next: Next) -> Response {
-    let mut resp = next.run(req).await;
+/// Adds the security headers to a response (every response passes here: `http::front`).
+pub fn secure(resp: &mut Response) {
     let h = resp.headers_mut();
     h.entry(header::CONTENT_SECURITY_POLICY)
         .or_insert(HeaderValue::from_static(CSP));
@@ -39,21 +36,18 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
     );
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
-    resp
 }
 
 /// `Strict-Transport-Security`: two years, subdomains included (no `preload`: that is the
 /// operator's decision for their domain).
 pub const HSTS: &str = "max-age=63072000; includeSubDomains";
 
-/// Middleware adding HSTS (layered only when the public URL is https).
-pub async fn hsts(req: Request, next: Next) -> Response {
-    let mut resp = next.run(req).await;
+/// Adds HSTS (whenever the public URL is https: `http::front`).
+pub fn hsts(resp: &mut Response) {
     resp.headers_mut().insert(
         header::STRICT_TRANSPORT_SECURITY,
         HeaderValue::from_static(HSTS),
     );
-    resp
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::json;
 
 use super::{MAX_MCP_BODY, error};
@@ -18,13 +18,11 @@ use crate::app::App;
 use crate::gateway::{self, McpRequest};
 
 /// Any method on `/mcp` (CORS preflights are answered by the CORS layer before this).
-pub async fn mcp(
-    State(app): State<App>,
-    method: Method,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Response {
+pub async fn mcp(State(app): State<App>, req: Request) -> Response {
+    // Taken apart, not extracted piece by piece: axum's `HeaderMap` extractor clones the map.
+    let (parts, body) = req.into_parts();
+    let (method, headers) = (parts.method, parts.headers);
+    let query = parts.uri.query().map(str::to_owned);
     let caller = match gateway::authenticate(&app, &headers, query.as_deref()).await {
         Ok(c) => c,
         Err(e) => return error::gateway(&app, e),

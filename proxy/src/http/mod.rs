@@ -10,6 +10,7 @@ pub mod conn;
 mod durable;
 pub mod edge;
 pub mod error;
+mod front;
 mod headers;
 mod mcp;
 mod metadata;
@@ -25,7 +26,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 use http::{HeaderName, Method, header};
 use tower::ServiceBuilder;
-use tower::util::option_layer;
 use tower_http::cors::{AllowHeaders, AllowOrigin, Any, CorsLayer};
 
 use crate::app::App;
@@ -179,17 +179,14 @@ pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
         .merge(gateway)
         .route("/healthz", get(|| async { "ok" }))
         // The route's own span and metrics label (they need `MatchedPath`, set by routing).
-        .route_layer(
-            ServiceBuilder::new()
-                .layer(axum::middleware::from_fn(trace::route))
-                .layer(axum::middleware::from_fn(request_metrics::tag_route)),
-        )
+        .route_layer(axum::middleware::from_fn(front::route))
         .fallback(browser::not_found)
         .with_state(app);
-    // The layers every request passes, outermost first, around the routed router as one
-    // service. Not `Router::layer`: that boxes each layer into every route, and axum clones a
-    // route's whole chain of boxes for each request, once more per `from_fn` layer inside it
-    // (measured: ~100 allocations of a proxied `tools/call`'s ~500; BENCHMARKS.md).
+    // What every request passes, around the routed router as one service. Not
+    // `Router::layer`: that boxes each layer into every route, and axum clones a route's whole
+    // chain of boxes for each request, once more per `from_fn` layer inside it (measured:
+    // ~100 allocations of a proxied `tools/call`'s ~500; BENCHMARKS.md); and not one `from_fn`
+    // layer per concern either (`front`).
     let edge = ServiceBuilder::new()
         // Streaming bodies end cleanly at the shutdown grace deadline (shutdown.rs).
         .layer(axum::middleware::map_response_with_state(
@@ -197,22 +194,8 @@ pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
             crate::shutdown::bound_streams,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(axum::middleware::from_fn_with_state(
-            metrics,
-            request_metrics::record,
-        ))
-        .layer(axum::middleware::from_fn(trace::trace))
-        .layer(axum::middleware::from_fn(request_id::request_id))
         // HSTS whenever the public URL is https, TLS terminated here or in front (headers.rs).
-        .layer(option_layer(
-            https.then(|| axum::middleware::from_fn(headers::hsts)),
-        ))
-        .layer(axum::middleware::from_fn(headers::security_headers))
-        .layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::new(trusted),
-            client_ip::layer,
-        ))
-        .service(routes);
+        .service(front::Front::new(routes, metrics, trusted, https));
     Router::new().fallback_service(edge)
 }
 

@@ -1,8 +1,8 @@
 //! Gives every request an `X-Request-Id` (always generated here), a `request` span carrying
 //! it for log lines, and the task-local the audit sink reads.
 
-use axum::extract::Request;
-use axum::middleware::Next;
+use std::future::Future;
+
 use axum::response::Response;
 use http::HeaderValue;
 use tracing::Instrument;
@@ -12,15 +12,18 @@ use crate::audit::request_id;
 /// Header name.
 pub const HEADER: &str = "x-request-id";
 
-/// The middleware.
-pub async fn request_id(req: Request, next: Next) -> Response {
+/// Runs `f` (the rest of the request, `http::front`) under a fresh request id and names it in
+/// the response.
+pub async fn run<F: Future<Output = Response>>(f: F) -> Response {
     let Some(id) = request_id::generate() else {
-        return next.run(req).await;
+        return f.await;
     };
     crate::telemetry::span::record_request_id(&id);
     let span = tracing::info_span!("request", request_id = %id);
-    let mut resp = request_id::scope(id.clone(), next.run(req).instrument(span)).await;
-    if let Ok(v) = HeaderValue::from_str(&id) {
+    // Base64url: always a valid header value.
+    let header = HeaderValue::from_str(&id).ok();
+    let mut resp = request_id::scope(id, f.instrument(span)).await;
+    if let Some(v) = header {
         resp.headers_mut().insert(HEADER, v);
     }
     resp

@@ -2,43 +2,64 @@
 //! (`/connect/{code}`), never the raw path, so codes and ids never reach a label; requests no
 //! route matched are counted as `unmatched`.
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
+use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
+use http::Method;
 
 use crate::metrics::{Metrics, Timer};
 
-/// The route template a request matched, carried from the inner layer to the outer one.
+/// The route template a request matched, carried from the routed request to its response,
+/// where [`finish`] reads it.
 #[derive(Clone)]
-struct Route(String);
+pub struct Route(String);
 
-/// Inner layer (`route_layer`, so the route is known): tags the response with the template.
-pub async fn tag_route(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
+/// Once routed: the template to tag the response with ([`tag`]).
+pub fn route_of(req: &Request) -> Option<Route> {
+    req.extensions()
         .get::<MatchedPath>()
-        .map(|p| Route(p.as_str().to_owned()));
-    let mut resp = next.run(req).await;
+        .map(|p| Route(p.as_str().to_owned()))
+}
+
+/// Tags a routed request's response with its template.
+pub fn tag(resp: &mut Response, route: Option<Route>) {
     if let Some(r) = route {
         resp.extensions_mut().insert(r);
     }
-    resp
 }
 
-/// Outer layer: times every request and counts it by route template, method and status.
-pub async fn record(State(metrics): State<Metrics>, req: Request, next: Next) -> Response {
-    let timer = Timer::start();
-    let method = req.method().as_str().to_owned();
-    let mut resp = next.run(req).await;
-    let endpoint = resp
-        .extensions_mut()
-        .remove::<Route>()
-        .map_or_else(|| "unmatched".to_owned(), |r| r.0);
+/// A request being timed, with its method label.
+pub struct Started {
+    timer: Timer,
+    method: &'static str,
+}
+
+/// Starts timing a request (before anything else runs on it).
+pub fn start(req: &Request) -> Started {
     // Methods outside the standard set would be attacker-chosen label values.
-    let method = match method.as_str() {
-        "GET" | "POST" | "PUT" | "DELETE" | "OPTIONS" | "HEAD" | "PATCH" => method,
-        _ => "other".to_owned(),
+    let method = match *req.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::HEAD => "HEAD",
+        Method::PATCH => "PATCH",
+        _ => "other",
     };
-    metrics.http_request(&endpoint, &method, resp.status().as_u16(), timer.elapsed());
-    resp
+    Started {
+        timer: Timer::start(),
+        method,
+    }
+}
+
+/// Counts a finished request by route template, method and status, with its time.
+pub fn finish(metrics: &Metrics, started: Started, resp: &mut Response) {
+    let endpoint = resp.extensions_mut().remove::<Route>();
+    let endpoint = endpoint.as_ref().map_or("unmatched", |r| r.0.as_str());
+    metrics.http_request(
+        endpoint,
+        started.method,
+        resp.status().as_u16(),
+        started.timer.elapsed(),
+    );
 }

@@ -3,29 +3,29 @@
 //! is recorded, never the path or query (`/authorize` and `/callback/github` carry `state` and
 //! `code` there).
 
+use std::future::Future;
+
 use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
 use axum::response::Response;
-use tracing::Instrument as _;
+use tracing::Span;
 
 use crate::telemetry::span;
 
-/// Outer layer (outside `request_id`, so the span gets the request id; inside the metrics
-/// layer): the request's span, its status and outcome.
-pub async fn trace(req: Request, next: Next) -> Response {
-    let span = span::request_span(req.method(), req.headers());
-    span::in_request(span, next.run(req), Response::status).await
+/// The request's span, made before anything else runs (outside `request_id`, so the span gets
+/// the request id; inside the request metrics).
+pub fn request_span(req: &Request) -> Span {
+    span::request_span(req.method(), req.headers())
 }
 
-/// Inner layer (`route_layer`, so the route is known): names the span after the template and
-/// runs the route inside it.
-pub async fn route(req: Request, next: Next) -> Response {
-    let matched = req
-        .extensions()
+/// Runs `f` (the rest of the request) as the request of `span`, and records its status and
+/// outcome there.
+pub async fn run<F: Future<Output = Response>>(span: Span, f: F) -> Response {
+    span::in_request(span, f, Response::status).await
+}
+
+/// Once routed (the route is known): the span named after the template, to run the route in.
+pub fn matched(req: &Request) -> Option<Span> {
+    req.extensions()
         .get::<MatchedPath>()
-        .and_then(|p| span::matched(req.method(), p.as_str()));
-    match matched {
-        Some(s) => next.run(req).instrument(s).await,
-        None => next.run(req).await,
-    }
+        .and_then(|p| span::matched(req.method(), p.as_str()))
 }
