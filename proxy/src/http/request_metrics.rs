@@ -4,7 +4,6 @@
 
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
-use http::Method;
 
 use crate::metrics::{Metrics, Timer};
 
@@ -36,16 +35,7 @@ pub struct Started {
 /// Starts timing a request (before anything else runs on it).
 pub fn start(req: &Request) -> Started {
     // Methods outside the standard set would be attacker-chosen label values.
-    let method = match *req.method() {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::OPTIONS => "OPTIONS",
-        Method::HEAD => "HEAD",
-        Method::PATCH => "PATCH",
-        _ => "other",
-    };
+    let method = crate::telemetry::span::standard_method(req.method()).unwrap_or("other");
     Started {
         timer: Timer::start(),
         method,

@@ -27,10 +27,10 @@ tokio::task_local! {
     static CURRENT: Current;
 }
 
-/// The method as an attribute: the standard ones, else `_OTHER` (a method is attacker-chosen
-/// text).
-fn method_label(m: &Method) -> &'static str {
-    match *m {
+/// A standard method's name; `None` for any other (a method is attacker-chosen text, never a
+/// label or attribute value as sent). Also the request metrics' method label.
+pub fn standard_method(m: &Method) -> Option<&'static str> {
+    Some(match *m {
         Method::GET => "GET",
         Method::POST => "POST",
         Method::PUT => "PUT",
@@ -38,8 +38,13 @@ fn method_label(m: &Method) -> &'static str {
         Method::OPTIONS => "OPTIONS",
         Method::HEAD => "HEAD",
         Method::PATCH => "PATCH",
-        _ => "_OTHER",
-    }
+        _ => return None,
+    })
+}
+
+/// The method as an attribute: the standard ones, else `_OTHER`.
+fn method_label(m: &Method) -> &'static str {
+    standard_method(m).unwrap_or("_OTHER")
 }
 
 /// The W3C trace context a request carries in `traceparent`/`tracestate` (the propagator
