@@ -3,6 +3,8 @@
 //! tokens and refresh families carry it. Any other value is `invalid_target`. (The gateway's
 //! check of tokens presented at /mcp uses the same canonical value.)
 
+use std::sync::Arc;
+
 use crate::oauth::error::{ErrorCode, OAuthError};
 
 /// The canonical MCP resource a code or token is bound to. Only this module makes one
@@ -91,7 +93,7 @@ pub fn check_resource(requested: Option<&str>, canonical: &str) -> Result<Audien
 /// }
 /// ```
 #[derive(Debug)]
-pub struct Audienced<T>(T);
+pub struct Audienced<T>(Arc<T>);
 
 impl<T> Audienced<T> {
     /// The checked value.
@@ -105,10 +107,12 @@ impl<T> Audienced<T> {
 pub struct AudienceRejection;
 
 /// Accepts an access token record only if its audience is exactly `canonical`.
+/// The record may be shared (`/mcp` checks share it with the replica's record cache).
 pub fn audienced(
-    record: crate::store::records::AccessTokenRecord,
+    record: impl Into<Arc<crate::store::records::AccessTokenRecord>>,
     canonical: &str,
 ) -> Result<Audienced<crate::store::records::AccessTokenRecord>, AudienceRejection> {
+    let record = record.into();
     if record.resource == canonical {
         Ok(Audienced(record))
     } else {

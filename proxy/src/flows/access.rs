@@ -1,6 +1,8 @@
 //! Checking an access token presented to this server's resource: a local lookup (no GitHub
 //! call), then expiry, revocation (through its family) and audience.
 
+use std::sync::Arc;
+
 use crate::app::App;
 use crate::bindings::audience::{self, AudienceRejection, Audienced};
 use crate::ids::AccessToken;
@@ -32,7 +34,7 @@ async fn token_record(
     app: &App,
     bearer: &str,
     cached: bool,
-) -> Result<Result<AccessTokenRecord, TokenRejection>, StoreError> {
+) -> Result<Result<Arc<AccessTokenRecord>, TokenRejection>, StoreError> {
     if !bearer.starts_with(grant::ACCESS_PREFIX) {
         return Ok(Err(TokenRejection::Unknown));
     }
@@ -40,7 +42,9 @@ async fn token_record(
     let found = if cached {
         access_tokens::get_cached(app.store.as_ref(), &token).await?
     } else {
-        access_tokens::get(app.store.as_ref(), &token).await?
+        access_tokens::get(app.store.as_ref(), &token)
+            .await?
+            .map(Arc::new)
     };
     let Some(rec) = found else {
         return Ok(Err(TokenRejection::Unknown));

@@ -16,6 +16,8 @@
 //! is therefore seen at the next recheck; a reloaded policy that names an org or team not yet
 //! asked about makes the person's next request recheck.
 
+use std::sync::Arc;
+
 use super::{FlowError, NotAdmitted};
 use crate::app::App;
 use crate::audit::AuditEvent;
@@ -248,7 +250,7 @@ pub async fn at_sign_in(
 /// With it, what the tool-call policy knows of them as of the answer it stands on.
 pub async fn standing(app: &App, user: &UserId) -> Result<(Verdict, PersonFacts), FlowError> {
     let last = standing::get(app.store.as_ref(), user).await?;
-    standing_from(app, user, last).await
+    standing_from(app, user, last.map(Arc::new)).await
 }
 
 /// [`standing`] from a standing record the caller read just now (an `/mcp` request reads it
@@ -256,20 +258,22 @@ pub async fn standing(app: &App, user: &UserId) -> Result<(Verdict, PersonFacts)
 pub async fn standing_from(
     app: &App,
     user: &UserId,
-    last: Option<StandingCheck>,
+    last: Option<Arc<StandingCheck>>,
 ) -> Result<(Verdict, PersonFacts), FlowError> {
     let now = app.clock.now();
     let policy = &app.config.access;
     let needs = Needs::of(app);
-    match admission::recheck(policy, last.as_ref(), now) {
-        Recheck::Current(s) if !last.as_ref().is_some_and(|c| needs.outdated(c, now)) => {
-            return Ok((verdict(s), PersonFacts::of(last.as_ref())));
+    match admission::recheck(policy, last.as_deref(), now) {
+        Recheck::Current(s) if !last.as_deref().is_some_and(|c| needs.outdated(c, now)) => {
+            return Ok((verdict(s), PersonFacts::of(last.as_deref())));
         }
         Recheck::Unverifiable => {
-            return Ok((Verdict::Unavailable, PersonFacts::of(last.as_ref())));
+            return Ok((Verdict::Unavailable, PersonFacts::of(last.as_deref())));
         }
         Recheck::Current(_) | Recheck::Due => {}
     }
+    // Due: GitHub is asked, and the record rewritten from a copy of the shared one.
+    let last = last.map(Arc::unwrap_or_clone);
     let grant = app.grants.get(user).await?;
     let Some(grant) = grant.filter(|g| !g.broken) else {
         // No token to ask with (or a broken one, already answered with a reconnect link):

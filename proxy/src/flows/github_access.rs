@@ -2,6 +2,8 @@
 //! which agents may use it. No GitHub call is needed to decide (an expiring GitHub App token
 //! is refreshed single-flight by `github::grants` only when it is about to be used).
 
+use std::sync::Arc;
+
 use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
@@ -76,7 +78,14 @@ pub async fn for_agent(
     // One read of the grant serves both the status and the token, and it is made together
     // with the allowance's (a `/mcp` call is hot: one round trip on PostgreSQL, not two).
     let (grant, allowance) = allowances::with_grant(app.store.as_ref(), user, client).await?;
-    for_agent_from(app, user, scopes, grant, allowance).await
+    for_agent_from(
+        app,
+        user,
+        scopes,
+        grant.map(Arc::new),
+        allowance.map(Arc::new),
+    )
+    .await
 }
 
 /// [`for_agent`] from the grant and allowance the caller read just now (an `/mcp` request
@@ -85,10 +94,10 @@ pub async fn for_agent_from(
     app: &App,
     user: &UserId,
     scopes: &ScopeSet,
-    grant: Option<GrantRecord>,
-    allowance: Option<AllowanceRecord>,
+    grant: Option<Arc<GrantRecord>>,
+    allowance: Option<Arc<AllowanceRecord>>,
 ) -> Result<Access, FlowError> {
-    let grant = match (app.grants.status_of(grant.as_ref()), grant) {
+    let grant = match (app.grants.status_of(grant.as_deref()), grant) {
         (GrantStatus::Usable, Some(g)) => g,
         (GrantStatus::Broken, _) => return Ok(Access::Needs(LinkKind::Reconnect)),
         _ => return Ok(Access::Needs(LinkKind::Connect)),

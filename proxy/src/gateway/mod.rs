@@ -11,6 +11,8 @@ pub mod refusal;
 pub mod request_state;
 pub mod tool_list;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 
@@ -153,6 +155,9 @@ async fn reject_token<T>(
     Err(err)
 }
 
+/// The person's GitHub grant and this agent's allowance, shared with the record cache.
+type GitHubRecords = (Option<Arc<GrantRecord>>, Option<Arc<AllowanceRecord>>);
+
 /// A caller authenticated from the request's head alone: origin, bearer token, audience,
 /// scopes and standing with GitHub all checked. Only [`authenticate`] makes one, and the
 /// body of an `/mcp` request is read only once it exists (`http/mcp.rs`), so a stranger's
@@ -188,7 +193,7 @@ pub struct Authenticated {
     person: PersonFacts,
     /// The GitHub grant and this agent's allowance, read with the token's other records; used
     /// only while the standing check changed nothing (`Verdict::Admitted`), else read again.
-    github: Option<(Option<GrantRecord>, Option<AllowanceRecord>)>,
+    github: Option<GitHubRecords>,
 }
 
 impl Authenticated {
@@ -409,7 +414,7 @@ pub async fn handle(
     let method = req.method.clone();
     // Shared with the response observer rather than cloned: the retry below needs the token
     // (and the method) only if the backend reports that GitHub refused the person's token.
-    let token = std::sync::Arc::new(token);
+    let token = Arc::new(token);
     let forwarded = match forward::forward(
         app, &token, credential, &checked, req, &inbound, context, permitted,
     )

@@ -1,5 +1,7 @@
 //! Access tokens, by the hash of the token.
 
+use std::sync::Arc;
+
 use super::records::AccessTokenRecord;
 use super::{Keyspace, Store, StoreError, StoreExt};
 use crate::clock::UnixTime;
@@ -26,10 +28,11 @@ pub async fn get(
 }
 
 /// [`get`] for the `/mcp` checks, which the replica's cache may answer (`store::cache`).
+/// The record is shared with the cache's entry, decoded once (`store::cache::CachedRecord`).
 pub async fn get_cached(
     store: &dyn Store,
     token: &AccessToken,
-) -> Result<Option<AccessTokenRecord>, StoreError> {
+) -> Result<Option<Arc<AccessTokenRecord>>, StoreError> {
     let hash = token.hash();
     let found = store
         .get_many_cached(&[(Keyspace::AccessTokens, &hash)])
@@ -37,9 +40,7 @@ pub async fn get_cached(
         .into_iter()
         .next()
         .flatten();
-    found
-        .map(|v| super::decode(Keyspace::AccessTokens, &v.value))
-        .transpose()
+    found.map(|r| r.decoded(Keyspace::AccessTokens)).transpose()
 }
 
 /// Forgets the token.

@@ -18,12 +18,17 @@
 //!   key was dropped since the read began (a generation count).
 //! - Entries keep the store's expiry, and none is older than [`MAX_AGE_SECS`] (a bound in case
 //!   a writer outside this design ever changed a record without the trigger).
+//! - An entry also keeps its record decoded ([`CachedRecord::decoded`]), made from its bytes the
+//!   first time a request needs it and shared by every later hit: a pure function of bytes the
+//!   entry holds, so it goes when they go and can never describe other bytes.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use async_trait::async_trait;
+use serde::de::DeserializeOwned;
 
 use super::{Keyspace, Row, SharedStore, Store, StoreError, Versioned};
 use crate::clock::{SharedClock, UnixTime};
@@ -52,11 +57,68 @@ pub fn caches(ks: Keyspace) -> bool {
     slot(ks).is_some()
 }
 
+/// A record as the `/mcp` checks read it ([`Store::get_many_cached`]): its bytes and, once a
+/// request has asked for it, the record decoded from them. A hit hands out the same shared
+/// record (issue 17: decoding the five records of every `tools/call` was about 5% of a sled
+/// `tools/call`'s CPU, their strings and lists most of the proxy's allocations per call).
+#[derive(Clone)]
+pub struct CachedRecord(Arc<Decodable>);
+
+struct Decodable {
+    versioned: Versioned,
+    /// Decoded from `versioned` (never from anything else): whichever type asked first.
+    decoded: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+impl CachedRecord {
+    /// A record read from the store.
+    pub fn new(versioned: Versioned) -> CachedRecord {
+        CachedRecord(Arc::new(Decodable {
+            versioned,
+            decoded: OnceLock::new(),
+        }))
+    }
+
+    /// Its bytes and expiry.
+    pub fn versioned(&self) -> &Versioned {
+        &self.0.versioned
+    }
+
+    /// The record, decoded from its bytes the first time and shared after.
+    pub fn decoded<T>(&self, ks: Keyspace) -> Result<Arc<T>, StoreError>
+    where
+        T: DeserializeOwned + Send + Sync + 'static,
+    {
+        if let Some(done) = self.0.decoded.get()
+            && let Ok(t) = Arc::clone(done).downcast::<T>()
+        {
+            return Ok(t);
+        }
+        let t = Arc::new(super::decode::<T>(ks, &self.0.versioned.value)?);
+        // Lost race or another type asked first: this caller still gets its own decoding.
+        let _ = self.0.decoded.set(t.clone());
+        Ok(t)
+    }
+}
+
+impl PartialEq for CachedRecord {
+    fn eq(&self, other: &CachedRecord) -> bool {
+        self.versioned() == other.versioned()
+    }
+}
+
+impl std::fmt::Debug for CachedRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Bytes only: the decoded form is the same record.
+        self.versioned().fmt(f)
+    }
+}
+
 #[derive(Clone)]
 struct Entry {
     /// `None`: the store had no live record (not kept for access tokens: unknown bearers
     /// would fill the cache).
-    value: Option<Versioned>,
+    value: Option<CachedRecord>,
     cached_at: UnixTime,
 }
 
@@ -80,7 +142,7 @@ pub struct RecordCache {
 /// What [`RecordCache::lookup`] found.
 enum Lookup {
     /// Every key, answered.
-    Hit(Vec<Option<Versioned>>),
+    Hit(Vec<Option<CachedRecord>>),
     /// Something missing: read the store, then [`RecordCache::fill`] with this generation.
     Miss(u64),
 }
@@ -115,7 +177,7 @@ impl RecordCache {
                     out.push(
                         e.value
                             .clone()
-                            .filter(|v| v.expires_at.is_none_or(|t| t > now)),
+                            .filter(|v| v.versioned().expires_at.is_none_or(|t| t > now)),
                     );
                 }
                 _ => {
@@ -129,7 +191,7 @@ impl RecordCache {
     }
 
     /// Keeps what a read that began at `generation` found, unless a key was dropped since.
-    fn fill(&self, generation: u64, keys: &[(Keyspace, &str)], values: &[Option<Versioned>]) {
+    fn fill(&self, generation: u64, keys: &[(Keyspace, &str)], values: &[Option<CachedRecord>]) {
         let cached_at = self.clock.now();
         let mut maps = self.maps();
         if maps.generation != generation {
@@ -167,7 +229,12 @@ impl RecordCache {
     #[cfg(test)]
     pub(super) fn fill_for_test(&self, keys: &[(Keyspace, &str)], values: &[Option<Versioned>]) {
         let generation = self.maps().generation;
-        self.fill(generation, keys, values);
+        let values: Vec<_> = values
+            .iter()
+            .cloned()
+            .map(|v| v.map(CachedRecord::new))
+            .collect();
+        self.fill(generation, keys, &values);
     }
 
     /// Drops `key` of `ks` (a write to it, here or on another replica).
@@ -212,6 +279,14 @@ impl RecordCache {
             self.misses.load(Ordering::Relaxed),
         )
     }
+}
+
+/// Records read from the store itself, each decoded when first asked for.
+pub fn read_uncached(values: Vec<Option<Versioned>>) -> Vec<Option<CachedRecord>> {
+    values
+        .into_iter()
+        .map(|v| v.map(CachedRecord::new))
+        .collect()
 }
 
 /// How a replica's cache stays exact when other processes write the same store.
@@ -335,14 +410,14 @@ impl Store for CachingStore {
     async fn get_many_cached(
         &self,
         keys: &[(Keyspace, &str)],
-    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+    ) -> Result<Vec<Option<CachedRecord>>, StoreError> {
         if !self.peers.cache_usable() {
-            return self.inner.get_many(keys).await;
+            return Ok(read_uncached(self.inner.get_many(keys).await?));
         }
         match self.cache.lookup(keys) {
             Lookup::Hit(values) => Ok(values),
             Lookup::Miss(generation) => {
-                let values = self.inner.get_many(keys).await?;
+                let values = read_uncached(self.inner.get_many(keys).await?);
                 // Checked again: a listener lost during the read may have missed a drop.
                 if self.peers.cache_usable() {
                     self.cache.fill(generation, keys, &values);
@@ -464,11 +539,15 @@ mod tests {
     use crate::clock::{Clock, ManualClock};
     use crate::store::SledStore;
 
-    fn v(s: &str) -> Versioned {
+    fn versioned(s: &str) -> Versioned {
         Versioned {
             value: s.as_bytes().to_vec(),
             expires_at: None,
         }
+    }
+
+    fn v(s: &str) -> CachedRecord {
+        CachedRecord::new(versioned(s))
     }
 
     fn setup() -> (Arc<ManualClock>, CachingStore, SharedStore) {
@@ -522,6 +601,37 @@ mod tests {
         assert_eq!(store.cache().hits_and_misses(), (1, 1));
         // Plain reads never use the cache.
         assert_eq!(store.get(FAM.0, FAM.1).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn hits_share_one_decoded_record_and_a_write_brings_a_new_one() {
+        let (_clock, store, _inner) = setup();
+        async fn read(store: &CachingStore) -> Result<Arc<Vec<String>>, StoreError> {
+            let found = store.get_many_cached(&[FAM]).await.unwrap();
+            found[0].clone().unwrap().decoded::<Vec<String>>(FAM.0)
+        }
+        store
+            .put(FAM.0, FAM.1, br#"["live"]"#.to_vec(), None)
+            .await
+            .unwrap();
+        let first = read(&store).await.unwrap();
+        let second = read(&store).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "decoded once, shared");
+        store
+            .put(FAM.0, FAM.1, br#"["revoked"]"#.to_vec(), None)
+            .await
+            .unwrap();
+        let third = read(&store).await.unwrap();
+        assert_eq!(*third, ["revoked"], "the new bytes, decoded anew");
+        assert_eq!(*first, ["live"], "a holder keeps what it read");
+        // Bytes that do not decode are refused each time, and nothing is remembered.
+        store
+            .put(FAM.0, FAM.1, b"not json".to_vec(), None)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            assert!(matches!(read(&store).await, Err(StoreError::Corrupt(_))));
+        }
     }
 
     #[tokio::test]
@@ -586,7 +696,7 @@ mod tests {
     }
 
     impl Lookup {
-        fn hit(self) -> Option<Vec<Option<Versioned>>> {
+        fn hit(self) -> Option<Vec<Option<CachedRecord>>> {
             match self {
                 Lookup::Hit(v) => Some(v),
                 Lookup::Miss(_) => None,

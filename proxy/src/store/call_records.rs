@@ -3,23 +3,26 @@
 //! None depends on another, only on the token's record, so they are read together: one
 //! statement on PostgreSQL (`Store::get_many`) instead of four round trips, or none when the
 //! replica's cache holds them all (`store::cache`, exact: a revocation written by any replica
-//! is seen by the next request).
+//! is seen by the next request). The records are shared with the cache's entries, decoded
+//! once per entry rather than on every request.
+
+use std::sync::Arc;
 
 use super::records::{AllowanceRecord, FamilyRecord, GrantRecord, StandingCheck};
-use super::{Keyspace, Store, StoreError, decode};
+use super::{Keyspace, Store, StoreError};
 use crate::ids::{ClientId, FamilyId, UserId};
 
 /// What [`read`] found.
 #[derive(Debug, Default)]
 pub struct CallRecords {
     /// The token's refresh family.
-    pub family: Option<FamilyRecord>,
+    pub family: Option<Arc<FamilyRecord>>,
     /// The person's standing.
-    pub standing: Option<StandingCheck>,
+    pub standing: Option<Arc<StandingCheck>>,
     /// The person's GitHub grant.
-    pub grant: Option<GrantRecord>,
+    pub grant: Option<Arc<GrantRecord>>,
     /// The agent's allowance to use it.
-    pub allowance: Option<AllowanceRecord>,
+    pub allowance: Option<Arc<AllowanceRecord>>,
 }
 
 /// Reads the four records of a request of `user`'s agent `client` holding a token of
@@ -41,18 +44,18 @@ pub async fn read(
         .await?
         .into_iter();
     // In the order asked for.
-    let mut next = || found.next().flatten().map(|v| v.value);
+    let mut next = || found.next().flatten();
     let (family, standing, grant, allowance) = (next(), next(), next(), next());
     Ok(CallRecords {
         family: family
-            .map(|b| decode(Keyspace::RefreshFamilies, &b))
+            .map(|r| r.decoded(Keyspace::RefreshFamilies))
             .transpose()?,
         standing: standing
-            .map(|b| decode(Keyspace::Standing, &b))
+            .map(|r| r.decoded(Keyspace::Standing))
             .transpose()?,
-        grant: grant.map(|b| decode(Keyspace::Grants, &b)).transpose()?,
+        grant: grant.map(|r| r.decoded(Keyspace::Grants)).transpose()?,
         allowance: allowance
-            .map(|b| decode(Keyspace::Allowances, &b))
+            .map(|r| r.decoded(Keyspace::Allowances))
             .transpose()?,
     })
 }

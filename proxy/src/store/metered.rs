@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Keyspace, Row, SharedStore, Store, StoreError, Versioned};
+use super::{CachedRecord, Keyspace, Row, SharedStore, Store, StoreError, Versioned};
 use crate::clock::UnixTime;
 
 /// Told how long each store operation took.
@@ -61,7 +61,7 @@ impl Store for MeteredStore {
     async fn get_many_cached(
         &self,
         keys: &[(Keyspace, &str)],
-    ) -> Result<Vec<Option<Versioned>>, StoreError> {
+    ) -> Result<Vec<Option<CachedRecord>>, StoreError> {
         timed!(self, "get_many_cached", self.inner.get_many_cached(keys))
     }
     async fn insert_new(

@@ -60,7 +60,7 @@ mod settings;
 pub use settings::{RawStore, StoreConfig};
 
 use crate::clock::UnixTime;
-pub use cache::{CachingStore, NoPeers, Peers, RecordCache};
+pub use cache::{CachedRecord, CachingStore, NoPeers, Peers, RecordCache};
 pub use metered::{MeteredStore, OpObserver};
 pub use postgres::PgStore;
 pub use sled_store::SledStore;
@@ -252,8 +252,8 @@ pub trait Store: Send + Sync + 'static {
     async fn get_many_cached(
         &self,
         keys: &[(Keyspace, &str)],
-    ) -> Result<Vec<Option<Versioned>>, StoreError> {
-        self.get_many(keys).await
+    ) -> Result<Vec<Option<CachedRecord>>, StoreError> {
+        Ok(cache::read_uncached(self.get_many(keys).await?))
     }
     /// Writes a record unless a live one exists; true if written.
     async fn insert_new(
