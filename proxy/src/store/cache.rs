@@ -45,7 +45,8 @@ pub const CACHED: [Keyspace; 5] = [
 /// No entry is answered from the cache once this old.
 pub const MAX_AGE_SECS: u64 = 60;
 
-/// Default number of entries (about 1 KiB each): a few thousand active agents' checks.
+/// Default number of entries (about 1 KiB each, up to twice that with the record decoded): a
+/// few thousand active agents' checks.
 pub const DEFAULT_ENTRIES: usize = 16_384;
 
 fn slot(ks: Keyspace) -> Option<usize> {
