@@ -230,12 +230,7 @@ impl RecordCache {
     #[cfg(test)]
     pub(super) fn fill_for_test(&self, keys: &[(Keyspace, &str)], values: &[Option<Versioned>]) {
         let generation = self.maps().generation;
-        let values: Vec<_> = values
-            .iter()
-            .cloned()
-            .map(|v| v.map(CachedRecord::new))
-            .collect();
-        self.fill(generation, keys, &values);
+        self.fill(generation, keys, &read_uncached(values.to_vec()));
     }
 
     /// Drops `key` of `ks` (a write to it, here or on another replica).
