@@ -13,7 +13,7 @@ use crate::ids::{ClientId, UserId};
 use crate::oauth::scope::ScopeSet;
 use crate::session::FreshSession;
 use crate::store::records::{ConsentRecord, UpstreamStateRecord};
-use crate::store::{Store, StoreError, consents};
+use crate::store::{Held, Store, StoreError, consents};
 
 /// How we know the person is at this browser now. A consent is made from one, by value, so
 /// the person it is for is the person present.
@@ -186,6 +186,11 @@ pub async fn record(
     })
 }
 
+/// How stale a consent's `last_used_at` may be: the account page shows it to the minute ("just
+/// now" below 60 s), so a use within this many seconds of the recorded one writes nothing. A
+/// busy client refreshing several times a minute then costs no consent write per refresh.
+pub const TOUCH_EVERY_SECS: u64 = 60;
+
 /// Notes that a consent was used (code or refresh), for the account page. A compare-and-swap
 /// against what was read, so a consent revoked meanwhile is never written back.
 pub async fn touch(
@@ -194,7 +199,39 @@ pub async fn touch(
     user: &UserId,
     client: &ClientId,
 ) -> Result<(), StoreError> {
-    for held in consents::hold_of_client(store, user, client).await? {
+    touch_held(
+        store,
+        now,
+        consents::hold_of_client(store, user, client).await?,
+    )
+    .await
+}
+
+/// The consents a person gave a client, as read now, to check that one exists and then
+/// [`touch_held`] them without reading them again.
+pub async fn held_for_client(
+    store: &dyn Store,
+    user: &UserId,
+    client: &ClientId,
+) -> Result<Vec<Held<ConsentRecord>>, StoreError> {
+    consents::hold_of_client(store, user, client).await
+}
+
+/// [`touch`] for consents already read: each one still exactly as read and not noted as used
+/// within [`TOUCH_EVERY_SECS`] gets `now`.
+pub async fn touch_held(
+    store: &dyn Store,
+    now: UnixTime,
+    held: Vec<Held<ConsentRecord>>,
+) -> Result<(), StoreError> {
+    for held in held {
+        if held
+            .value()
+            .last_used_at
+            .is_some_and(|t| now.since(t) < TOUCH_EVERY_SECS)
+        {
+            continue;
+        }
         let mut rec = held.value().clone();
         rec.last_used_at = Some(now);
         // One attempt: a lost swap means the record changed or vanished; leave it as it is.
@@ -377,6 +414,51 @@ mod tests {
         put(&s, &alice, &a, "read:user").await;
         revoke_client(&s, &alice, a.client_id()).await.unwrap();
         touch(&s, UnixTime(5), &alice, a.client_id()).await.unwrap();
+        assert!(!exists_for_client(&s, &alice, a.client_id()).await.unwrap());
+    }
+
+    async fn last_used(s: &SledStore) -> Option<UnixTime> {
+        consents::of_user(s, &UserId::github(1)).await.unwrap()[0].last_used_at
+    }
+
+    #[tokio::test]
+    async fn touch_writes_a_use_once_a_minute() {
+        let s = store();
+        let alice = UserId::github(1);
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        assert_eq!(last_used(&s).await, None);
+        touch(&s, UnixTime(1000), &alice, a.client_id())
+            .await
+            .unwrap();
+        assert_eq!(last_used(&s).await, Some(UnixTime(1000)));
+        // Within the minute the account page shows, nothing is written.
+        touch(
+            &s,
+            UnixTime(1000 + TOUCH_EVERY_SECS - 1),
+            &alice,
+            a.client_id(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(last_used(&s).await, Some(UnixTime(1000)));
+        let held = held_for_client(&s, &alice, a.client_id()).await.unwrap();
+        touch_held(&s, UnixTime(1000 + TOUCH_EVERY_SECS), held)
+            .await
+            .unwrap();
+        assert_eq!(last_used(&s).await, Some(UnixTime(1000 + TOUCH_EVERY_SECS)));
+    }
+
+    #[tokio::test]
+    async fn touch_of_held_consents_never_resurrects_one_revoked_after_the_read() {
+        let s = store();
+        let alice = UserId::github(1);
+        let a = redirect("client-a", "https://a.example/cb");
+        put(&s, &alice, &a, "read:user").await;
+        let held = held_for_client(&s, &alice, a.client_id()).await.unwrap();
+        assert_eq!(held.len(), 1);
+        revoke_client(&s, &alice, a.client_id()).await.unwrap();
+        touch_held(&s, UnixTime(5), held).await.unwrap();
         assert!(!exists_for_client(&s, &alice, a.client_id()).await.unwrap());
     }
 

@@ -20,8 +20,8 @@ use crate::ids::{FamilyId, RefreshToken, UserId};
 use crate::oauth::error::{ErrorCode, OAuthError};
 use crate::oauth::grant::{self, Minted, RefreshDecision, ReuseCase, TokenResponse};
 use crate::oauth::scope::ScopeSet;
-use crate::store::records::{ClientRecord, FamilyRecord};
-use crate::store::{Entry, Step, families};
+use crate::store::records::{ClientRecord, ConsentRecord, FamilyRecord};
+use crate::store::{Entry, Held, Step, families};
 
 /// What the family's compare-and-swap settled, for the work after it.
 enum Refreshed {
@@ -41,6 +41,8 @@ enum Refreshed {
         grace: bool,
         /// A fork: the family's branches after it, and how many of them are live.
         branched: Option<(usize, usize)>,
+        /// The person's consents for the client, as the decision read them.
+        consents: Vec<Held<ConsentRecord>>,
     },
 }
 
@@ -90,14 +92,15 @@ pub(super) async fn refresh(
                 RefreshDecision::Replay { .. }
                 | RefreshDecision::Rotate { .. }
                 | RefreshDecision::Fork => {
-                    // The person may have revoked this client while the family lived.
-                    if !consent_registry::exists_for_client(
+                    // The person may have revoked this client while the family lived. The
+                    // consents read here are the ones noted as used once the tokens are out.
+                    let consents = consent_registry::held_for_client(
                         app.store.as_ref(),
                         &fam.user_id,
                         &fam.client_id,
                     )
-                    .await?
-                    {
+                    .await?;
+                    if consents.is_empty() {
                         revoke_family(app, family_id).await?;
                         return Err(INVALID_GRANT.into());
                     }
@@ -118,6 +121,7 @@ pub(super) async fn refresh(
                             now,
                             grace,
                             branched: None,
+                            consents,
                         }));
                     }
                     let refresh = grant::new_refresh_token(family_id)?;
@@ -145,6 +149,7 @@ pub(super) async fn refresh(
                             now,
                             grace,
                             branched,
+                            consents,
                         },
                     ))
                 }
@@ -177,6 +182,7 @@ pub(super) async fn refresh(
             now,
             grace,
             branched,
+            consents,
         } => {
             if let Some((branches, live)) = branched {
                 // The trail of forks is what bounds a thief with a recent copy (SECURITY.md,
@@ -194,7 +200,9 @@ pub(super) async fn refresh(
                     .await?;
             }
             let (access, expires_in) = mint_access(app, &fam, &scopes).await?;
-            consent_registry::touch(app.store.as_ref(), now, &fam.user_id, &fam.client_id).await?;
+            // The consents the decision read, noted as used: one revoked since is not
+            // written back (each swap expects it as read).
+            consent_registry::touch_held(app.store.as_ref(), now, consents).await?;
             audit_best_effort(
                 app,
                 AuditEvent::TokenRefreshed {
