@@ -181,6 +181,18 @@ impl Store for CountingStore {
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
         self.inner.sweep_expired().await
     }
+    async fn flush_with(&self, rows: Vec<(Keyspace, Row)>) -> Result<(), StoreError> {
+        // A batched request's final flush, with the rows handed to it (its audit events):
+        // each row a write, all of them and the flush one statement on PostgreSQL.
+        self.counters.flushes.fetch_add(1, Ordering::SeqCst);
+        let written: Vec<&'static str> = rows.iter().map(|(ks, _)| ks.name()).collect();
+        self.inner.flush_with(rows).await?;
+        let mut w = self.counters.writes.lock().expect("counters");
+        for ks in written {
+            *w.entry(ks).or_default() += 1;
+        }
+        Ok(())
+    }
     async fn flush(&self) -> Result<(), StoreError> {
         self.counters.flushes.fetch_add(1, Ordering::SeqCst);
         self.inner.flush().await

@@ -12,7 +12,7 @@
 //! unfold group rows and order the events of what they read by their own keys.
 
 use super::records::AuditRecord;
-use super::{Keyspace, Store, StoreError, StoreExt, decode};
+use super::{Keyspace, Store, StoreError, decode, encode};
 use crate::clock::UnixTime;
 
 /// Reading the trail in windows of this many seconds (about 28 hours) bounds what export and
@@ -58,11 +58,16 @@ impl Entry {
     }
 }
 
-/// Appends an event (durable when it returns, or at the end of a batched request).
+/// Appends an event: durable when it returns or, inside a batched request, written by the
+/// request's final flush (`store::write_at_flush`: on PostgreSQL in the statement that makes
+/// the request durable, instead of a statement of its own). Either way before the request's
+/// response leaves; nothing reads an event back in the request that records it.
 pub async fn append(store: &dyn Store, e: &Entry) -> Result<(), StoreError> {
-    store
-        .put_json(Keyspace::Audit, &e.key, &e.rec, Some(e.expires_at))
-        .await
+    let row = (e.key.clone(), encode(&e.rec)?, Some(e.expires_at));
+    match super::write_at_flush(Keyspace::Audit, row) {
+        Ok(()) => Ok(()),
+        Err((key, value, expires_at)) => store.put(Keyspace::Audit, &key, value, expires_at).await,
+    }
 }
 
 /// A group row is closed once its events take this many bytes (it may pass it by one event).

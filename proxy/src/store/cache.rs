@@ -521,6 +521,14 @@ impl Store for CachingStore {
         let (flushed, settled) = tokio::join!(self.inner.flush(), self.settle());
         flushed.and(settled)
     }
+    async fn flush_with(&self, rows: Vec<(Keyspace, Row)>) -> Result<(), StoreError> {
+        if rows.iter().any(|(ks, _)| caches(*ks)) {
+            // Rows of a cached keyspace drop their entries as `put_many` does.
+            return super::flush_with_by_parts(self, rows).await;
+        }
+        let (flushed, settled) = tokio::join!(self.inner.flush_with(rows), self.settle());
+        flushed.and(settled)
+    }
     fn disk_flushes(&self) -> Option<u64> {
         self.inner.disk_flushes()
     }

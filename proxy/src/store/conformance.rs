@@ -31,6 +31,66 @@ pub(crate) async fn run(store: Arc<dyn Store>, clock: Arc<ManualClock>) {
     get_many_answers_each_key_in_order_as_get_would(store.clone(), clock.clone()).await;
     batched_requests_see_their_own_writes_and_races_between_them_have_one_winner(store.clone())
         .await;
+    rows_handed_to_the_final_flush_are_written_by_it_and_only_inside_a_batch(
+        store.clone(),
+        clock.clone(),
+    )
+    .await;
+}
+
+async fn rows_handed_to_the_final_flush_are_written_by_it_and_only_inside_a_batch(
+    s: Arc<dyn Store>,
+    clock: Arc<ManualClock>,
+) {
+    let soon = Some(UnixTime(crate::clock::Clock::now(&*clock).0 + 5));
+    // Outside a batch the row comes back, for its writer to write itself.
+    let row = ("fw|out".to_owned(), b"x".to_vec(), None);
+    assert_eq!(
+        super::write_at_flush(Keyspace::Audit, row.clone()),
+        Err(row)
+    );
+    let seen_inside = super::batched(&s, async {
+        s.put(Keyspace::Transactions, "fw|state", b"s".to_vec(), None)
+            .await
+            .unwrap();
+        for (key, value) in [("fw|1", "first"), ("fw|2", "two"), ("fw|1", "last")] {
+            let row = (key.to_owned(), value.as_bytes().to_vec(), soon);
+            assert!(super::write_at_flush(Keyspace::Audit, row).is_ok());
+        }
+        // Written by the final flush: not yet while the request runs.
+        s.get(Keyspace::Audit, "fw|1").await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen_inside, None);
+    let got: Vec<(String, Vec<u8>, Option<UnixTime>)> = s
+        .scan_prefix(Keyspace::Audit, "fw|")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.value, v.expires_at))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("fw|1".to_owned(), b"last".to_vec(), soon),
+            ("fw|2".to_owned(), b"two".to_vec(), soon),
+        ]
+    );
+    assert!(
+        s.get(Keyspace::Transactions, "fw|state")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // A request that handed over rows and wrote nothing else still flushes them.
+    super::batched(&s, async {
+        let row = ("fw|3".to_owned(), b"alone".to_vec(), None);
+        assert!(super::write_at_flush(Keyspace::Audit, row).is_ok());
+    })
+    .await
+    .unwrap();
+    assert!(s.get(Keyspace::Audit, "fw|3").await.unwrap().is_some());
 }
 
 async fn get_many_answers_each_key_in_order_as_get_would(

@@ -134,6 +134,9 @@ impl Store for MeteredStore {
     async fn flush(&self) -> Result<(), StoreError> {
         timed!(self, "flush", self.inner.flush())
     }
+    async fn flush_with(&self, rows: Vec<(Keyspace, Row)>) -> Result<(), StoreError> {
+        timed!(self, "flush_with", self.inner.flush_with(rows))
+    }
     fn disk_flushes(&self) -> Option<u64> {
         self.inner.disk_flushes()
     }

@@ -318,6 +318,14 @@ pub trait Store: Send + Sync + 'static {
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
     /// Makes all writes so far durable.
     async fn flush(&self) -> Result<(), StoreError>;
+    /// Writes `rows` (keyspace, key, value, expiry; replacing any) and makes them and all
+    /// writes so far durable: a [`batched`] request's final flush carrying the rows handed to
+    /// it ([`write_at_flush`]). On PostgreSQL one statement whose commit waits for the WAL
+    /// flush, instead of a statement per row and then the flush. The default writes each
+    /// keyspace's rows with [`Store::put_many`], then flushes.
+    async fn flush_with(&self, rows: Vec<(Keyspace, Row)>) -> Result<(), StoreError> {
+        flush_with_by_parts(self, rows).await
+    }
     /// Flushes to disk made so far (sled: fsyncs of its log), for a backend that flushes
     /// itself; `None` where every statement commits on its own (PostgreSQL).
     fn disk_flushes(&self) -> Option<u64> {
@@ -331,6 +339,25 @@ pub trait Store: Send + Sync + 'static {
 
 /// Shared store handle.
 pub type SharedStore = Arc<dyn Store>;
+
+/// [`Store::flush_with`] made of [`Store::put_many`] per keyspace (in the order the
+/// keyspaces first appear) and [`Store::flush`].
+pub async fn flush_with_by_parts<S: Store + ?Sized>(
+    store: &S,
+    rows: Vec<(Keyspace, Row)>,
+) -> Result<(), StoreError> {
+    let mut parts: Vec<(Keyspace, Vec<Row>)> = Vec::new();
+    for (ks, row) in rows {
+        match parts.iter_mut().find(|(k, _)| *k == ks) {
+            Some((_, part)) => part.push(row),
+            None => parts.push((ks, vec![row])),
+        }
+    }
+    for (ks, part) in parts {
+        store.put_many(ks, part).await?;
+    }
+    store.flush().await
+}
 
 /// One record of [`Store::put_many`]: key, value, expiry.
 pub type Row = (String, Vec<u8>, Option<UnixTime>);
@@ -347,6 +374,8 @@ struct Batch {
     closed: AtomicBool,
     /// Whether the request wrote anything (a store asked [`write_is_batched`] for a write).
     wrote: AtomicBool,
+    /// Rows handed to the final flush ([`write_at_flush`]).
+    rows: std::sync::Mutex<Vec<(Keyspace, Row)>>,
 }
 
 tokio::task_local! {
@@ -380,6 +409,34 @@ pub fn batch_open() -> bool {
         .unwrap_or(false)
 }
 
+/// Hands a row to the current [`batched`] request's final flush, which writes it together
+/// with making the request durable ([`Store::flush_with`]): for records nothing in the same
+/// request reads back and that need not exist before the request ends, such as its audit
+/// events. Outside an open batch the row is given back (`Err`): the caller writes it itself.
+///
+/// What a crash can do differs only before the response: a request's other writes may
+/// already be durable (another request's flush covers them) while its rows here are not yet
+/// written. Its response, sent only after the final flush, is never sent without them.
+pub fn write_at_flush(ks: Keyspace, row: Row) -> Result<(), Row> {
+    let mut row = Some(row);
+    let _ = BATCH.try_with(|b| {
+        if b.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(row) = row.take() {
+            // A poisoned lock still holds a usable list.
+            b.rows
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((ks, row));
+        }
+    });
+    match row {
+        None => Ok(()),
+        Some(row) => Err(row),
+    }
+}
+
 /// Runs `f` once everything written so far by the current batched request is durable: at
 /// the end of [`batched`], or right away outside one (every write there is durable already
 /// when it returns).
@@ -405,7 +462,8 @@ pub fn after_durable(f: impl FnOnce() + Send + 'static) {
 
 /// Runs one request's work with its writes grouped under a single flush: writes inside `f`
 /// skip their own flush, then `store.flush()` makes all of them (and anything else written
-/// before it began) durable, and only then is `f`'s output returned. On a failed flush the
+/// before it began) durable, writing with it the rows handed to [`write_at_flush`]
+/// ([`Store::flush_with`]), and only then is `f`'s output returned. On a failed flush the
 /// output is dropped and the error returned: the caller must answer with a failure, never
 /// with `f`'s response. Work spawned onto other tasks is outside the batch and keeps one
 /// flush per write. A store with nothing unflushed answers the flush at once. The flush and
@@ -421,7 +479,7 @@ pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, 
     BATCH
         .scope(Batch::default(), async {
             let out = f.await;
-            let (wrote, after) = BATCH
+            let (wrote, after, rows) = BATCH
                 .try_with(|b| {
                     b.closed.store(true, Ordering::Release);
                     let after = std::mem::take(
@@ -430,10 +488,16 @@ pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, 
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner),
                     );
-                    (b.wrote.load(Ordering::Acquire), after)
+                    let rows = std::mem::take(
+                        &mut *b
+                            .rows
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    );
+                    (b.wrote.load(Ordering::Acquire), after, rows)
                 })
                 .unwrap_or_default();
-            if !wrote && after.is_empty() {
+            if !wrote && after.is_empty() && rows.is_empty() {
                 return Ok(out);
             }
             // The flush and what waits on it run on their own task: a client that goes away
@@ -441,7 +505,11 @@ pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, 
             // and its webhook offers (alerts included) still go out.
             let store = store.clone();
             let finish = async move {
-                store.flush().await?;
+                if rows.is_empty() {
+                    store.flush().await?;
+                } else {
+                    store.flush_with(rows).await?;
+                }
                 for f in after {
                     f();
                 }

@@ -412,7 +412,13 @@ impl Peers for PgPeers {
                 .await
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             let payload = format!("b {} {n}", shared.me);
-            conn.execute("SELECT pg_notify($1, $2)", &[&shared.channel, &payload])
+            // Prepared once per connection: as text it would be parsed and planned on every
+            // barrier, one more round trip on every request that wrote a cached record.
+            let notify = conn
+                .prepare_cached("SELECT pg_notify($1, $2)")
+                .await
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            conn.execute(&notify, &[&shared.channel, &payload])
                 .await
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             Ok::<(), StoreError>(())

@@ -441,6 +441,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn rows_handed_to_the_final_flush_are_flushed_to_disk_before_the_request_returns() {
+        let clock = ManualClock::new(UnixTime(1_000));
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(SledStore::open(dir.path(), clock).unwrap());
+        let shared: crate::store::SharedStore = s.clone();
+        let disk_flushes = s.disk_flushes().unwrap();
+        crate::store::batched(&shared, async {
+            let row = ("event".to_owned(), vec![1], None);
+            assert!(crate::store::write_at_flush(Keyspace::Audit, row).is_ok());
+        })
+        .await
+        .unwrap();
+        assert!(s.get(Keyspace::Audit, "event").await.unwrap().is_some());
+        assert_eq!(
+            s.marks.flushed.load(Ordering::Acquire),
+            s.marks.written.load(Ordering::Acquire),
+            "the row's write was flushed"
+        );
+        assert_eq!(s.disk_flushes(), Some(disk_flushes + 1), "by one flush");
+    }
+
+    #[tokio::test]
     async fn sled_passes_the_store_conformance_suite() {
         let clock = ManualClock::new(UnixTime(1_000));
         let store = std::sync::Arc::new(SledStore::temporary(clock.clone()).unwrap());
