@@ -322,7 +322,8 @@ pub trait Store: Send + Sync + 'static {
     /// writes so far durable: a [`batched`] request's final flush carrying the rows handed to
     /// it ([`write_at_flush`]). On PostgreSQL one statement whose commit waits for the WAL
     /// flush, instead of a statement per row and then the flush. The default writes each
-    /// keyspace's rows with [`Store::put_many`], then flushes.
+    /// keyspace's rows with [`Store::put_many`], then flushes: two waits where a store that
+    /// can (sled, PostgreSQL) overrides it with one.
     async fn flush_with(&self, rows: Vec<(Keyspace, Row)>) -> Result<(), StoreError> {
         flush_with_by_parts(self, rows).await
     }
