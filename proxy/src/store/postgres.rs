@@ -10,7 +10,8 @@
 //! loses it exactly as outside a batch), but it commits on a connection with
 //! `synchronous_commit = off`: the commit does not wait for its WAL record to reach disk. The
 //! batch's final [`Store::flush`] is one commit that does wait (a transactional
-//! `pg_logical_emit_message`, the smallest statement whose commit must be flushed), and WAL is
+//! `pg_logical_emit_message`, the smallest statement whose commit must be flushed; or, when the
+//! request handed rows to it, [`Store::flush_with`]'s insert of them), and WAL is
 //! one sequence: flushing that commit's record flushes every record written before it,
 //! including the request's own. So a batched request's response still goes out only after all
 //! its writes are durable, as on sled, and pays one WAL flush instead of one per write. What
