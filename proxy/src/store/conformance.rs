@@ -63,13 +63,7 @@ async fn rows_handed_to_the_final_flush_are_written_by_it_and_only_inside_a_batc
     .await
     .unwrap();
     assert_eq!(seen_inside, None);
-    let got: Vec<(String, Vec<u8>, Option<UnixTime>)> = s
-        .scan_prefix(Keyspace::Audit, "fw|")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, v.value, v.expires_at))
-        .collect();
+    let got = audit_rows(s.as_ref(), "fw|").await;
     assert_eq!(
         got,
         vec![
@@ -91,6 +85,16 @@ async fn rows_handed_to_the_final_flush_are_written_by_it_and_only_inside_a_batc
     .await
     .unwrap();
     assert!(s.get(Keyspace::Audit, "fw|3").await.unwrap().is_some());
+}
+
+/// The audit rows under `prefix`: key, value, expiry.
+async fn audit_rows(s: &dyn Store, prefix: &str) -> Vec<(String, Vec<u8>, Option<UnixTime>)> {
+    s.scan_prefix(Keyspace::Audit, prefix)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.value, v.expires_at))
+        .collect()
 }
 
 async fn get_many_answers_each_key_in_order_as_get_would(
@@ -226,13 +230,7 @@ async fn put_many_writes_every_row_and_the_last_value_of_a_repeated_key(
     ];
     s.put_many(Keyspace::Audit, rows).await.unwrap();
     s.put_many(Keyspace::Audit, Vec::new()).await.unwrap();
-    let got: Vec<(String, Vec<u8>, Option<UnixTime>)> = s
-        .scan_prefix(Keyspace::Audit, "many|")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, v.value, v.expires_at))
-        .collect();
+    let got = audit_rows(s.as_ref(), "many|").await;
     assert_eq!(
         got,
         vec![

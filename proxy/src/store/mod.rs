@@ -419,44 +419,40 @@ pub fn batch_open() -> bool {
 /// already be durable (another request's flush covers them) while its rows here are not yet
 /// written. Its response, sent only after the final flush, is never sent without them.
 pub fn write_at_flush(ks: Keyspace, row: Row) -> Result<(), Row> {
-    let mut row = Some(row);
+    match queue_in_batch(row, |b| &b.rows, |row| (ks, row)) {
+        None => Ok(()),
+        Some(row) => Err(row),
+    }
+}
+
+/// Adds `item` to one of the open batch's lists; gives it back outside an open batch.
+fn queue_in_batch<T, U>(
+    item: T,
+    list: fn(&Batch) -> &std::sync::Mutex<Vec<U>>,
+    wrap: impl FnOnce(T) -> U,
+) -> Option<T> {
+    let mut item = Some(item);
     let _ = BATCH.try_with(|b| {
         if b.closed.load(Ordering::Acquire) {
             return;
         }
-        if let Some(row) = row.take() {
+        if let Some(item) = item.take() {
             // A poisoned lock still holds a usable list.
-            b.rows
+            list(b)
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((ks, row));
+                .push(wrap(item));
         }
     });
-    match row {
-        None => Ok(()),
-        Some(row) => Err(row),
-    }
+    item
 }
 
 /// Runs `f` once everything written so far by the current batched request is durable: at
 /// the end of [`batched`], or right away outside one (every write there is durable already
 /// when it returns).
 pub fn after_durable(f: impl FnOnce() + Send + 'static) {
-    let mut f = Some(f);
-    let _ = BATCH.try_with(|b| {
-        if b.closed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Some(f) = f.take() {
-            // A poisoned lock still holds a usable list; running `f` now would be before
-            // the write is durable.
-            b.after
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(Box::new(f));
-        }
-    });
-    if let Some(f) = f {
+    // Outside an open batch every write is durable already: run it now.
+    if let Some(f) = queue_in_batch(f, |b| &b.after, |f| Box::new(f) as AfterDurable) {
         f();
     }
 }
