@@ -819,7 +819,9 @@ impl Audit {
         if due.is_empty() {
             return Ok(0);
         }
-        let written = crate::store::batched(&self.store, async {
+        // Not a request: each event is written where it is made, so a failed one puts its
+        // cells back (`batched` would queue them for the final flush).
+        let written = crate::store::batched_without_rows(&self.store, async {
             let mut due = due.into_iter();
             let mut n = 0;
             while let Some(c) = due.next() {

@@ -77,6 +77,14 @@ async fn rows_handed_to_the_final_flush_are_written_by_it_and_only_inside_a_batc
             .unwrap()
             .is_some()
     );
+    // Work that is not a request takes no rows: they come back to be written where made.
+    let row = ("fw|not-a-request".to_owned(), b"x".to_vec(), None);
+    let back = super::batched_without_rows(&s, async {
+        super::write_at_flush(Keyspace::Audit, row.clone())
+    })
+    .await
+    .unwrap();
+    assert_eq!(back, Err(row));
     // A request that handed over rows and wrote nothing else still flushes them.
     super::batched(&s, async {
         let row = ("fw|3".to_owned(), b"alone".to_vec(), None);

@@ -368,15 +368,72 @@ pub type Row = (String, Vec<u8>, Option<UnixTime>);
 type AfterDurable = Box<dyn FnOnce() + Send>;
 
 /// The writes of one request, made durable together by [`batched`].
-#[derive(Default)]
 struct Batch {
     after: std::sync::Mutex<Vec<AfterDurable>>,
     /// Set once the request's final flush has run; writes after that flush by themselves.
     closed: AtomicBool,
     /// Whether the request wrote anything (a store asked [`write_is_batched`] for a write).
     wrote: AtomicBool,
-    /// Rows handed to the final flush ([`write_at_flush`]).
-    rows: std::sync::Mutex<Vec<(Keyspace, Row)>>,
+    /// Rows handed to the final flush ([`write_at_flush`]); `None` where the batch takes none.
+    rows: Option<std::sync::Mutex<Vec<(Keyspace, Row)>>>,
+    /// Where rows of a request cut off before its final flush are written (see `Drop`).
+    store: SharedStore,
+}
+
+impl Batch {
+    fn new(store: &SharedStore, takes_rows: bool) -> Batch {
+        Batch {
+            after: std::sync::Mutex::default(),
+            closed: AtomicBool::new(false),
+            wrote: AtomicBool::new(false),
+            rows: takes_rows.then(std::sync::Mutex::default),
+            store: store.clone(),
+        }
+    }
+
+    /// The queued rows, taken.
+    fn take_rows(&self) -> Vec<(Keyspace, Row)> {
+        self.rows
+            .as_ref()
+            .map(|r| {
+                std::mem::take(&mut *r.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Batch {
+    /// A request dropped before its final flush (the client went away) may have written state
+    /// that a later flush makes durable: its queued rows (its audit events) are written too,
+    /// as they were before they rode the final flush, on a task of their own.
+    fn drop(&mut self) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let rows = self.take_rows();
+        if rows.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(write_rows_anyway(store, rows, "request cut off"));
+            }
+            Err(_) => tracing::error!(
+                rows = rows.len(),
+                "request cut off outside a runtime: its queued audit rows are not written"
+            ),
+        }
+    }
+}
+
+/// Writes rows whose final flush did not happen or failed, each durable on its own, so that a
+/// request's events are kept whenever its other writes may be.
+async fn write_rows_anyway(store: SharedStore, rows: Vec<(Keyspace, Row)>, why: &'static str) {
+    let n = rows.len();
+    if let Err(e) = flush_with_by_parts(store.as_ref(), rows).await {
+        tracing::error!(error = %e, rows = n, why, "queued audit rows not written");
+    }
 }
 
 tokio::task_local! {
@@ -415,44 +472,51 @@ pub fn batch_open() -> bool {
 /// request reads back and that need not exist before the request ends, such as its audit
 /// events. Outside an open batch the row is given back (`Err`): the caller writes it itself.
 ///
-/// What a crash can do differs only before the response: a request's other writes may
-/// already be durable (another request's flush covers them) while its rows here are not yet
-/// written. Its response, sent only after the final flush, is never sent without them.
+/// A request cut off before its final flush, or whose final flush failed, still writes its
+/// rows (each on its own; see `Batch`'s `Drop`), because its other writes may become durable
+/// with a later flush. Only a crash (or a store refusing those writes too) can leave its
+/// other writes durable without its rows, for a response never sent.
 pub fn write_at_flush(ks: Keyspace, row: Row) -> Result<(), Row> {
-    match queue_in_batch(row, |b| &b.rows, |row| (ks, row)) {
-        None => Ok(()),
-        Some(row) => Err(row),
-    }
-}
-
-/// Adds `item` to one of the open batch's lists; gives it back outside an open batch.
-fn queue_in_batch<T, U>(
-    item: T,
-    list: fn(&Batch) -> &std::sync::Mutex<Vec<U>>,
-    wrap: impl FnOnce(T) -> U,
-) -> Option<T> {
-    let mut item = Some(item);
+    let mut row = Some(row);
     let _ = BATCH.try_with(|b| {
         if b.closed.load(Ordering::Acquire) {
             return;
         }
-        if let Some(item) = item.take() {
+        let Some(rows) = &b.rows else {
+            return;
+        };
+        if let Some(row) = row.take() {
             // A poisoned lock still holds a usable list.
-            list(b)
-                .lock()
+            rows.lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(wrap(item));
+                .push((ks, row));
         }
     });
-    item
+    match row {
+        None => Ok(()),
+        Some(row) => Err(row),
+    }
 }
 
 /// Runs `f` once everything written so far by the current batched request is durable: at
 /// the end of [`batched`], or right away outside one (every write there is durable already
 /// when it returns).
 pub fn after_durable(f: impl FnOnce() + Send + 'static) {
-    // Outside an open batch every write is durable already: run it now.
-    if let Some(f) = queue_in_batch(f, |b| &b.after, |f| Box::new(f) as AfterDurable) {
+    let mut f = Some(f);
+    let _ = BATCH.try_with(|b| {
+        if b.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(f) = f.take() {
+            // A poisoned lock still holds a usable list; running `f` now would be before
+            // the write is durable.
+            b.after
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(Box::new(f));
+        }
+    });
+    if let Some(f) = f {
         f();
     }
 }
@@ -473,8 +537,26 @@ pub fn after_durable(f: impl FnOnce() + Send + 'static) {
 /// read of another request's unflushed writes is still withheld from that other request's
 /// own caller until its flush.
 pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, StoreError> {
+    batch(store, true, f).await
+}
+
+/// [`batched`] for work that is not a request (the refusal counts' writer): rows are not
+/// queued ([`write_at_flush`] gives them back), so each is written, and can fail, where it is
+/// made.
+pub async fn batched_without_rows<F: Future>(
+    store: &SharedStore,
+    f: F,
+) -> Result<F::Output, StoreError> {
+    batch(store, false, f).await
+}
+
+async fn batch<F: Future>(
+    store: &SharedStore,
+    takes_rows: bool,
+    f: F,
+) -> Result<F::Output, StoreError> {
     BATCH
-        .scope(Batch::default(), async {
+        .scope(Batch::new(store, takes_rows), async {
             let out = f.await;
             let (wrote, after, rows) = BATCH
                 .try_with(|b| {
@@ -485,13 +567,7 @@ pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, 
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner),
                     );
-                    let rows = std::mem::take(
-                        &mut *b
-                            .rows
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner),
-                    );
-                    (b.wrote.load(Ordering::Acquire), after, rows)
+                    (b.wrote.load(Ordering::Acquire), after, b.take_rows())
                 })
                 .unwrap_or_default();
             if !wrote && after.is_empty() && rows.is_empty() {
@@ -504,8 +580,11 @@ pub async fn batched<F: Future>(store: &SharedStore, f: F) -> Result<F::Output, 
             let finish = async move {
                 if rows.is_empty() {
                     store.flush().await?;
-                } else {
-                    store.flush_with(rows).await?;
+                } else if let Err(e) = store.flush_with(rows.clone()).await {
+                    // The request answers 500, but what it wrote may become durable with a
+                    // later flush: its events are written as well, each on its own.
+                    write_rows_anyway(store, rows, "final flush failed").await;
+                    return Err(e);
                 }
                 for f in after {
                     f();

@@ -105,8 +105,9 @@ async fn grants(
     }
 }
 
-/// The state change already happened and is durable; a failed audit write must not turn the
-/// response into an error the client would retry.
+/// The state change already happened; a failed audit write must not turn the response into
+/// an error the client would retry. (Inside a batched request the event is written by the
+/// final flush, which fails only with the request's other writes.)
 async fn audit_best_effort(app: &App, event: AuditEvent) {
     if let Err(e) = app.audit.record(event).await {
         tracing::error!(error = %e, "audit write failed");
