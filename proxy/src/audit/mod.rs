@@ -1330,6 +1330,34 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn refusal_counts_whose_write_failed_are_kept_and_written_by_the_next_round() {
+        let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000 + 10));
+        let sled = std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());
+        let failing = std::sync::Arc::new(crate::store::failing::Failing::new(sled));
+        let store: SharedStore = failing.clone();
+        let audit = Audit::new(store, clock.clone(), Seen::default());
+        for _ in 0..3 {
+            source::scope("192.0.2.7".parse().unwrap(), async {
+                audit.refused(aggregate::Refusal::McpMissing);
+            })
+            .await;
+        }
+        clock.advance(60);
+        failing
+            .fail_audit_puts
+            .store(true, std::sync::atomic::Ordering::Release);
+        assert!(audit.flush_refusals(false).await.is_err());
+        assert!(audit.all().await.unwrap().is_empty());
+        failing
+            .fail_audit_puts
+            .store(false, std::sync::atomic::Ordering::Release);
+        assert_eq!(audit.flush_refusals(false).await.unwrap(), 1);
+        let trail = audit.all().await.unwrap();
+        assert_eq!(trail.len(), 1);
+        assert_eq!(trail[0].event["count"], 3, "the failed round's count kept");
+    }
+
+    #[tokio::test]
     async fn anonymous_refusals_store_nothing_until_their_minute_ends_then_one_event_each() {
         let clock = crate::clock::ManualClock::new(UnixTime(1_800_000_000 + 10));
         let sled = std::sync::Arc::new(crate::store::SledStore::temporary(clock.clone()).unwrap());

@@ -31,6 +31,8 @@ pub mod codes;
 #[cfg(test)]
 mod conformance;
 pub mod consents;
+#[cfg(test)]
+pub(crate) mod failing;
 pub mod families;
 pub mod grants;
 pub mod links;
@@ -405,34 +407,63 @@ impl Batch {
 impl Drop for Batch {
     /// A request dropped before its final flush (the client went away) may have written state
     /// that a later flush makes durable: its queued rows (its audit events) are written too,
-    /// as they were before they rode the final flush, on a task of their own.
+    /// as they were before they rode the final flush, and once they and everything before
+    /// them are durable, its webhook offers go out, on a task of their own.
     fn drop(&mut self) {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
         let rows = self.take_rows();
-        if rows.is_empty() {
+        let after = std::mem::take(
+            &mut *self
+                .after
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if rows.is_empty() && after.is_empty() {
             return;
         }
         let store = self.store.clone();
+        let n = rows.len();
+        let finish = async move {
+            let durable = if rows.is_empty() {
+                store.flush().await.is_ok()
+            } else {
+                write_rows_anyway(store, rows, "request cut off").await
+            };
+            if durable {
+                for f in after {
+                    f();
+                }
+            }
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn(write_rows_anyway(store, rows, "request cut off"));
+                rt.spawn(finish);
             }
             Err(_) => tracing::error!(
-                rows = rows.len(),
+                rows = n,
                 "request cut off outside a runtime: its queued audit rows are not written"
             ),
         }
     }
 }
 
-/// Writes rows whose final flush did not happen or failed, each durable on its own, so that a
-/// request's events are kept whenever its other writes may be.
-async fn write_rows_anyway(store: SharedStore, rows: Vec<(Keyspace, Row)>, why: &'static str) {
+/// Writes rows whose final flush did not happen or failed, by themselves, so that a request's
+/// events are kept whenever its other writes may be. True once they and every earlier write
+/// are durable.
+async fn write_rows_anyway(
+    store: SharedStore,
+    rows: Vec<(Keyspace, Row)>,
+    why: &'static str,
+) -> bool {
     let n = rows.len();
-    if let Err(e) = flush_with_by_parts(store.as_ref(), rows).await {
-        tracing::error!(error = %e, rows = n, why, "queued audit rows not written");
+    match flush_with_by_parts(store.as_ref(), rows).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, rows = n, why, "queued audit rows not written");
+            false
+        }
     }
 }
 
@@ -473,9 +504,9 @@ pub fn batch_open() -> bool {
 /// events. Outside an open batch the row is given back (`Err`): the caller writes it itself.
 ///
 /// A request cut off before its final flush, or whose final flush failed, still writes its
-/// rows (each on its own; see `Batch`'s `Drop`), because its other writes may become durable
-/// with a later flush. Only a crash (or a store refusing those writes too) can leave its
-/// other writes durable without its rows, for a response never sent.
+/// rows by themselves (see `Batch`'s `Drop`), because its other writes may become durable
+/// with a later flush. A crash, a shutdown that ends before that write, or a store refusing
+/// it too can leave its other writes durable without its rows, for a response never sent.
 pub fn write_at_flush(ks: Keyspace, row: Row) -> Result<(), Row> {
     let mut row = Some(row);
     let _ = BATCH.try_with(|b| {
@@ -583,6 +614,7 @@ async fn batch<F: Future>(
                 } else if let Err(e) = store.flush_with(rows.clone()).await {
                     // The request answers 500, but what it wrote may become durable with a
                     // later flush: its events are written as well, each on its own.
+                    // Its webhook offers stay unsent, as for any request answered 500.
                     write_rows_anyway(store, rows, "final flush failed").await;
                     return Err(e);
                 }

@@ -484,12 +484,16 @@ mod tests {
         let s = std::sync::Arc::new(SledStore::open(dir.path(), clock).unwrap());
         let shared: crate::store::SharedStore = s.clone();
         let s2 = s.clone();
+        let offered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let offered2 = offered.clone();
         let mut request = Box::pin(crate::store::batched(&shared, async move {
             s2.put(Keyspace::RefreshFamilies, "fam", vec![2], None)
                 .await
                 .unwrap();
             let row = ("refresh_branched".to_owned(), vec![1], None);
             assert!(crate::store::write_at_flush(Keyspace::Audit, row).is_ok());
+            // Its webhook offer, too.
+            crate::store::after_durable(move || offered2.store(true, Ordering::Release));
             // Still working (minting) when the client goes away.
             std::future::pending::<()>().await;
         }));
@@ -504,6 +508,13 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert!(written.is_some(), "the event was written after all");
+        for _ in 0..500 {
+            if offered.load(Ordering::Acquire) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(offered.load(Ordering::Acquire), "and offered once durable");
         assert_eq!(
             s.marks.flushed.load(Ordering::Acquire),
             s.marks.written.load(Ordering::Acquire),
@@ -511,73 +522,13 @@ mod tests {
         );
     }
 
-    /// A store whose final flush with rows fails (and everything else works).
-    struct FinalFlushFails(std::sync::Arc<SledStore>);
-
-    #[async_trait]
-    impl Store for FinalFlushFails {
-        async fn get(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError> {
-            self.0.get(ks, key).await
-        }
-        async fn insert_new(
-            &self,
-            ks: Keyspace,
-            key: &str,
-            value: Vec<u8>,
-            expires_at: Option<UnixTime>,
-        ) -> Result<bool, StoreError> {
-            self.0.insert_new(ks, key, value, expires_at).await
-        }
-        async fn put(
-            &self,
-            ks: Keyspace,
-            key: &str,
-            value: Vec<u8>,
-            expires_at: Option<UnixTime>,
-        ) -> Result<(), StoreError> {
-            self.0.put(ks, key, value, expires_at).await
-        }
-        async fn take(&self, ks: Keyspace, key: &str) -> Result<Option<Versioned>, StoreError> {
-            self.0.take(ks, key).await
-        }
-        async fn compare_and_swap(
-            &self,
-            ks: Keyspace,
-            key: &str,
-            expected: &Versioned,
-            new: Option<Versioned>,
-        ) -> Result<bool, StoreError> {
-            self.0.compare_and_swap(ks, key, expected, new).await
-        }
-        async fn remove(&self, ks: Keyspace, key: &str) -> Result<(), StoreError> {
-            self.0.remove(ks, key).await
-        }
-        async fn scan_prefix(
-            &self,
-            ks: Keyspace,
-            prefix: &str,
-        ) -> Result<Vec<(String, Versioned)>, StoreError> {
-            self.0.scan_prefix(ks, prefix).await
-        }
-        async fn sweep_expired(&self) -> Result<u64, StoreError> {
-            self.0.sweep_expired().await
-        }
-        async fn flush(&self) -> Result<(), StoreError> {
-            self.0.flush().await
-        }
-        async fn flush_with(&self, _rows: Vec<(Keyspace, Row)>) -> Result<(), StoreError> {
-            Err(StoreError::Backend("disk full".to_owned()))
-        }
-        fn peers(&self, cache: Arc<crate::store::RecordCache>) -> Arc<dyn crate::store::Peers> {
-            self.0.peers(cache)
-        }
-    }
-
     #[tokio::test]
     async fn a_failed_final_flush_answers_an_error_and_still_writes_the_queued_events() {
         let clock = ManualClock::new(UnixTime(1_000));
         let s = std::sync::Arc::new(SledStore::temporary(clock).unwrap());
-        let shared: crate::store::SharedStore = std::sync::Arc::new(FinalFlushFails(s.clone()));
+        let failing = crate::store::failing::Failing::new(s.clone());
+        failing.fail_flush_with.store(true, Ordering::Release);
+        let shared: crate::store::SharedStore = std::sync::Arc::new(failing);
         let answered = crate::store::batched(&shared, async {
             let row = ("event".to_owned(), vec![1], None);
             assert!(crate::store::write_at_flush(Keyspace::Audit, row).is_ok());
@@ -585,6 +536,11 @@ mod tests {
         .await;
         assert!(answered.is_err(), "no answer without a durable flush");
         assert!(s.get(Keyspace::Audit, "event").await.unwrap().is_some());
+        assert_eq!(
+            s.marks.flushed.load(Ordering::Acquire),
+            s.marks.written.load(Ordering::Acquire),
+            "and flushed"
+        );
     }
 
     #[tokio::test]
