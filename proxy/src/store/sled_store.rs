@@ -421,6 +421,17 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
 
+    /// Waits up to 5 s for work on another task to set `flag`.
+    async fn set_within_5s(flag: &std::sync::atomic::AtomicBool) -> bool {
+        for _ in 0..500 {
+            if flag.load(Ordering::Acquire) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        flag.load(Ordering::Acquire)
+    }
+
     #[tokio::test]
     async fn a_client_hanging_up_during_the_flush_still_gets_its_writes_durable_and_offered() {
         let clock = ManualClock::new(UnixTime(1_000));
@@ -439,13 +450,7 @@ mod tests {
         // One poll runs the handler and reaches the final flush; then the connection drops.
         assert!(futures_util::FutureExt::now_or_never(&mut request).is_none());
         drop(request);
-        for _ in 0..500 {
-            if offered.load(Ordering::Acquire) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert!(offered.load(Ordering::Acquire), "the offer ran after all");
+        assert!(set_within_5s(&offered).await, "the offer ran after all");
         assert_eq!(
             s.marks.flushed.load(Ordering::Acquire),
             s.marks.written.load(Ordering::Acquire),
@@ -499,22 +504,10 @@ mod tests {
         }));
         assert!(futures_util::FutureExt::now_or_never(&mut request).is_none());
         drop(request);
-        let mut written = None;
-        for _ in 0..500 {
-            written = s.get(Keyspace::Audit, "refresh_branched").await.unwrap();
-            if written.is_some() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        // The offer runs only once the event is written and flushed.
+        assert!(set_within_5s(&offered).await, "offered once durable");
+        let written = s.get(Keyspace::Audit, "refresh_branched").await.unwrap();
         assert!(written.is_some(), "the event was written after all");
-        for _ in 0..500 {
-            if offered.load(Ordering::Acquire) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert!(offered.load(Ordering::Acquire), "and offered once durable");
         assert_eq!(
             s.marks.flushed.load(Ordering::Acquire),
             s.marks.written.load(Ordering::Acquire),
