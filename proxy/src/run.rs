@@ -338,6 +338,18 @@ pub async fn serve_on(
     if let Some(r) = reloader {
         r.abort();
     }
+    // Requests the shutdown cut off before their final flush write their audit events on
+    // tasks of their own (`store::write_at_flush`): their other writes are covered by the
+    // flush below, so their events must be too.
+    if tokio::time::timeout(
+        crate::shutdown::CLOSE_BOUND,
+        crate::store::cut_off_writes_done(),
+    )
+    .await
+    .is_err()
+    {
+        tracing::warn!("cut-off requests' audit events not written within the close bound");
+    }
     match store.flush().await {
         Ok(()) => tracing::info!("store flushed; stopped"),
         Err(e) => tracing::error!(error = %e, "final flush failed"),

@@ -52,7 +52,7 @@ pub mod used_assertions;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -425,7 +425,9 @@ impl Drop for Batch {
         }
         let store = self.store.clone();
         let n = rows.len();
+        let running = CutOffWrite::start();
         let finish = async move {
+            let _running = running;
             let durable = if rows.is_empty() {
                 store.flush().await.is_ok()
             } else {
@@ -446,6 +448,42 @@ impl Drop for Batch {
                 "request cut off outside a runtime: its queued audit rows are not written"
             ),
         }
+    }
+}
+
+/// Background writes of cut-off requests (see `Batch`'s `Drop`) still running.
+static CUT_OFF_WRITES: AtomicUsize = AtomicUsize::new(0);
+/// Told whenever one of them ends.
+static CUT_OFF_ENDED: std::sync::LazyLock<tokio::sync::Notify> =
+    std::sync::LazyLock::new(tokio::sync::Notify::new);
+
+/// One running background write of a cut-off request; counted until dropped.
+struct CutOffWrite;
+
+impl CutOffWrite {
+    fn start() -> CutOffWrite {
+        CUT_OFF_WRITES.fetch_add(1, Ordering::AcqRel);
+        CutOffWrite
+    }
+}
+
+impl Drop for CutOffWrite {
+    fn drop(&mut self) {
+        CUT_OFF_WRITES.fetch_sub(1, Ordering::AcqRel);
+        CUT_OFF_ENDED.notify_waiters();
+    }
+}
+
+/// Returns once no request cut off before its final flush is still writing its queued rows:
+/// shutdown waits for it (bounded) before its final flush, so a request the shutdown cut off
+/// keeps its events as its other writes.
+pub async fn cut_off_writes_done() {
+    loop {
+        let ended = CUT_OFF_ENDED.notified();
+        if CUT_OFF_WRITES.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        ended.await;
     }
 }
 

@@ -504,10 +504,16 @@ mod tests {
         }));
         assert!(futures_util::FutureExt::now_or_never(&mut request).is_none());
         drop(request);
-        // The offer runs only once the event is written and flushed.
-        assert!(set_within_5s(&offered).await, "offered once durable");
+        // What shutdown waits for before its final flush.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            crate::store::cut_off_writes_done(),
+        )
+        .await
+        .unwrap();
         let written = s.get(Keyspace::Audit, "refresh_branched").await.unwrap();
         assert!(written.is_some(), "the event was written after all");
+        assert!(offered.load(Ordering::Acquire), "and offered once durable");
         assert_eq!(
             s.marks.flushed.load(Ordering::Acquire),
             s.marks.written.load(Ordering::Acquire),
