@@ -651,8 +651,8 @@ async fn batch<F: Future>(
                     store.flush().await?;
                 } else if let Err(e) = store.flush_with(rows.clone()).await {
                     // The request answers 500, but what it wrote may become durable with a
-                    // later flush: its events are written as well, each on its own.
-                    // Its webhook offers stay unsent, as for any request answered 500.
+                    // later flush: its events are written as well, by themselves. Its webhook
+                    // offers stay unsent, as for any request answered 500.
                     write_rows_anyway(store, rows, "final flush failed").await;
                     return Err(e);
                 }

@@ -99,6 +99,22 @@ fn versioned(value: Vec<u8>, expires_at: Option<i64>) -> Versioned {
     }
 }
 
+/// The items whose key comes last among those sharing it, in their order: a key given twice
+/// in one upsert would touch its row twice, which PostgreSQL refuses, so only its last value
+/// is sent.
+fn last_of_each<T, K: std::hash::Hash + Eq>(items: Vec<T>, key: impl Fn(&T) -> K) -> Vec<T> {
+    let mut last = std::collections::HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        last.insert(key(item), i);
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, item)| last.get(&key(item)) == Some(i))
+        .map(|(_, item)| item)
+        .collect()
+}
+
 /// Connections per pool ([`PgStore`] has two): a statement holds one only while it runs, so
 /// 16 keep a 2-core server busy; each replica opens at most twice this many.
 const POOL_SIZE: usize = 16;
@@ -605,21 +621,15 @@ impl Store for PgStore {
     }
 
     async fn put_many(&self, ks: Keyspace, rows: Vec<Row>) -> Result<(), StoreError> {
-        // One statement (one commit) for the lot; a key given twice would make the upsert
-        // touch its row twice, which PostgreSQL refuses, so only its last value is sent.
-        let mut last = std::collections::HashMap::with_capacity(rows.len());
-        for (i, (key, _, _)) in rows.iter().enumerate() {
-            last.insert(key.clone(), i);
-        }
-        let mut keys = Vec::with_capacity(last.len());
-        let mut values = Vec::with_capacity(last.len());
-        let mut expiries = Vec::with_capacity(last.len());
-        for (i, (key, value, expires_at)) in rows.into_iter().enumerate() {
-            if last.get(&key) == Some(&i) {
-                keys.push(key);
-                values.push(value);
-                expiries.push(exp(expires_at));
-            }
+        // One statement (one commit) for the lot.
+        let rows = last_of_each(rows, |(key, _, _)| key.clone());
+        let mut keys = Vec::with_capacity(rows.len());
+        let mut values = Vec::with_capacity(rows.len());
+        let mut expiries = Vec::with_capacity(rows.len());
+        for (key, value, expires_at) in rows {
+            keys.push(key);
+            values.push(value);
+            expiries.push(exp(expires_at));
         }
         if keys.is_empty() {
             return Ok(());
@@ -673,24 +683,18 @@ impl Store for PgStore {
     async fn flush_with(&self, rows: Vec<(Keyspace, Row)>) -> Result<(), StoreError> {
         // The rows in one statement on a connection whose commit waits for the WAL flush:
         // that flush makes this commit durable and, WAL being one sequence, every deferred
-        // write before it, as `flush`'s message does. A key given twice keeps its last value
-        // (an upsert may not touch a row twice).
+        // write before it, as `flush`'s message does.
         let covered = self.written.load(Ordering::Acquire);
-        let mut last = std::collections::HashMap::with_capacity(rows.len());
-        for (i, (ks, (key, _, _))) in rows.iter().enumerate() {
-            last.insert((*ks, key.clone()), i);
-        }
-        let mut keyspaces = Vec::with_capacity(last.len());
-        let mut keys = Vec::with_capacity(last.len());
-        let mut values = Vec::with_capacity(last.len());
-        let mut expiries = Vec::with_capacity(last.len());
-        for (i, (ks, (key, value, expires_at))) in rows.into_iter().enumerate() {
-            if last.get(&(ks, key.clone())) == Some(&i) {
-                keyspaces.push(ks.name());
-                keys.push(key);
-                values.push(value);
-                expiries.push(exp(expires_at));
-            }
+        let rows = last_of_each(rows, |(ks, (key, _, _))| (*ks, key.clone()));
+        let mut keyspaces = Vec::with_capacity(rows.len());
+        let mut keys = Vec::with_capacity(rows.len());
+        let mut values = Vec::with_capacity(rows.len());
+        let mut expiries = Vec::with_capacity(rows.len());
+        for (ks, (key, value, expires_at)) in rows {
+            keyspaces.push(ks.name());
+            keys.push(key);
+            values.push(value);
+            expiries.push(exp(expires_at));
         }
         if keys.is_empty() {
             return self.flush().await;

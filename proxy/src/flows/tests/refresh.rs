@@ -336,3 +336,70 @@ async fn family_record_from_before_branches_still_refreshes() {
     assert!(f.family(&id).await.unwrap().revoked);
     assert_eq!(f.audited("refresh_reuse").await, 1);
 }
+
+/// The consent behind a family is gone while the family is not yet revoked (what a crash
+/// between the account page's two steps leaves, or a consent removed in the store): the
+/// refresh is refused, the family and its tokens are revoked, and noting the consent's use
+/// writes nothing back. Fails if the refresh stops checking the consents it read.
+#[tokio::test]
+async fn refresh_whose_consent_is_gone_is_refused_revokes_the_family_and_writes_no_consent_back() {
+    let f = fixture().await;
+    let c = f.register("Repo Helper", &["https://app.example/cb"]).await;
+    let t0 = f.tokens(&Browser::new(), &c, "alice").await;
+    let r0 = t0.refresh_token.clone().unwrap();
+    let fam = f.family(&family_of(&r0)).await.unwrap();
+    let store = f.app.store.as_ref();
+    let removed = crate::store::consents::remove_of_client(store, &fam.user_id, &fam.client_id)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(
+        error_code(f.refresh(&c, &r0).await),
+        ErrorCode::InvalidGrant
+    );
+    assert!(
+        revoked(&f, &t0.access_token).await,
+        "its tokens are revoked"
+    );
+    assert!(
+        crate::store::consents::of_user(store, &fam.user_id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "no consent written back"
+    );
+}
+
+/// A refresh notes the consent's use for the account page, at most once a minute.
+#[tokio::test]
+async fn refresh_notes_the_consents_use_at_most_once_a_minute() {
+    let f = fixture().await;
+    let c = f.register("Repo Helper", &["https://app.example/cb"]).await;
+    let t0 = f.tokens(&Browser::new(), &c, "alice").await;
+    let fam = f
+        .family(&family_of(t0.refresh_token.as_deref().unwrap()))
+        .await
+        .unwrap();
+    let last_used = || async {
+        crate::store::consents::of_user(f.app.store.as_ref(), &fam.user_id)
+            .await
+            .unwrap()[0]
+            .last_used_at
+    };
+    let issued = last_used().await.expect("noted when the code was issued");
+    f.clock.advance(30);
+    let r1 = f
+        .refresh(&c, t0.refresh_token.as_deref().unwrap())
+        .await
+        .unwrap()
+        .refresh_token
+        .unwrap();
+    assert_eq!(
+        last_used().await,
+        Some(issued),
+        "within the minute: no write"
+    );
+    f.clock.advance(31);
+    f.refresh(&c, &r1).await.unwrap();
+    assert_eq!(last_used().await, Some(issued.plus(61)));
+}
