@@ -436,6 +436,28 @@ fn added(v: &Value, key: &str, pct: &str) -> Option<f64> {
     Some(f(side(v, key)?, &[pct]) - f(side(v, "direct")?, &[pct]))
 }
 
+/// The machine's busy CPU per call of side `key` beyond direct's, µs (the side's own cost:
+/// direct's is the load generator's and the backend's, which every side also spends).
+fn own_cpu(v: &Value, key: &str) -> Option<f64> {
+    let cpu = |k: &str| side(v, k)?.get("cpu_us_per_op")?.as_f64();
+    Some(cpu(key)? - cpu("direct")?)
+}
+
+/// The machine-busy share from which a level's calls/s are taken as bound by CPU.
+const BUSY: f64 = 0.9;
+
+/// What the proxy may spend of its own per call for `target` × nginx's calls/s on a busy
+/// machine (calls/s then go as the inverse of CPU per call): nginx's CPU per call ÷ target,
+/// less direct's; and the lowest machine-busy share among the level's sides.
+fn own_budget(v: &Value, target: f64) -> Option<(f64, f64)> {
+    let cpu = |k: &str| side(v, k)?.get("cpu_us_per_op")?.as_f64();
+    let busy = SIDES
+        .iter()
+        .filter_map(|(k, _)| side(v, k)?.get("machine_busy")?.as_f64())
+        .fold(f64::INFINITY, f64::min);
+    Some((cpu("nginx")? / target - cpu("direct")?, busy))
+}
+
 /// Why side `key` was not measured, if the child said.
 fn skip_reason(out: &ChildOut, key: &str) -> Option<String> {
     out.of("skipped")
@@ -453,7 +475,7 @@ fn mcp_section(report: &mut String, out: &ChildOut) {
     }
     let _ = writeln!(
         report,
-        "   conns | side           |  calls/s | ×direct | p50 µs  | p99 µs  | added p50 µs | added p99 µs"
+        "   conns | side           |  calls/s | ×direct | p50 µs  | p99 µs  | added p50 µs | added p99 µs | CPU µs/call | own CPU µs"
     );
     for v in out.of("mcp") {
         let conns = v["conns"].as_u64().unwrap_or(0);
@@ -467,9 +489,18 @@ fn mcp_section(report: &mut String, out: &ChildOut) {
                     format!("{:.1}", added(v, key, "p99_us").unwrap_or(0.0)),
                 )
             };
+            let cpu = x
+                .get("cpu_us_per_op")
+                .and_then(Value::as_f64)
+                .map_or("—".to_owned(), |c| format!("{c:.1}"));
+            let own = match key {
+                "direct" => None,
+                _ => own_cpu(v, key),
+            }
+            .map_or("—".to_owned(), |c| format!("{c:.1}"));
             let _ = writeln!(
                 report,
-                "   {conns:>5} | {label:<14} | {:>8.0} | {:>6.2}× | {:>7.1} | {:>7.1} | {a50:>12} | {a99:>12}",
+                "   {conns:>5} | {label:<14} | {:>8.0} | {:>6.2}× | {:>7.1} | {:>7.1} | {a50:>12} | {a99:>12} | {cpu:>11} | {own:>10}",
                 f(x, &["per_s"]),
                 per_s_ratio(v, key, "direct").unwrap_or(0.0),
                 f(x, &["p50_us"]),
@@ -489,10 +520,27 @@ fn mcp_section(report: &mut String, out: &ChildOut) {
             fmt(per_s_ratio(v, "pg", "sled")),
             fmt(added_ratio),
         );
+        match (own_cpu(v, "sled"), own_budget(v, 0.8)) {
+            (Some(own), Some((budget, busy))) if busy >= BUSY => {
+                let _ = writeln!(
+                    report,
+                    "         own CPU per call proxy(sled) {own:.1} µs; 0.80× nginx's calls/s leaves it {budget:.1} µs (machine busy ≥ {:.0}%)",
+                    busy * 100.0
+                );
+            }
+            (Some(own), Some((_, busy))) => {
+                let _ = writeln!(
+                    report,
+                    "         own CPU per call proxy(sled) {own:.1} µs (machine busy {:.0}%: calls/s not bound by CPU here, no budget)",
+                    busy * 100.0
+                );
+            }
+            _ => {}
+        }
     }
     let _ = writeln!(
         report,
-        "   (added = side minus direct, same rounds. nginx: plain reverse proxy, keep-alive upstream. bare forwarder: axum in,\n    reqwest out, answer streamed back; no auth, parsing, store or audit: the second hop alone, built from the proxy's crates)"
+        "   (added = side minus direct, same rounds. nginx: plain reverse proxy, keep-alive upstream. bare forwarder: axum in,\n    reqwest out, answer streamed back; no auth, parsing, store or audit: the second hop alone, built from the proxy's crates.\n    CPU µs/call: the whole machine's busy CPU during the side's segments, per call; own: less direct's (the load generator's\n    and the backend's), the side's own cost. While the machine is busy, calls/s go as the inverse of CPU per call)"
     );
     if let Some(h) = &out.hung {
         let _ = writeln!(
@@ -682,6 +730,22 @@ fn mcp_rows(rows: &mut Vec<Row>, out: &ChildOut) {
             None,
             None,
         ));
+        let us = |k: &str| own_cpu(v, k).map_or("—".to_owned(), |c| format!("{c:.0}"));
+        if let Some((budget, busy)) = own_budget(v, 0.8).filter(|(_, busy)| *busy >= BUSY) {
+            rows.push(row(
+                "  same rounds, 16 conn: own CPU per call, proxy (sled) / nginx / bare forwarder",
+                format!(
+                    "{} / {} / {} µs (0.80× nginx leaves the proxy {budget:.0} µs; busy {:.0}%)",
+                    us("sled"),
+                    us("nginx"),
+                    us("bare"),
+                    busy * 100.0
+                ),
+                "— (context)",
+                None,
+                None,
+            ));
+        }
     }
     // Added p50 at 1 connection: proxy (sled) ≤ 1.5× nginx's.
     let name = "tools/call added p50, 1 conn: proxy (sled) / nginx";

@@ -105,6 +105,7 @@ pub async fn compare(sides: &[Side], levels: &[usize], rounds: usize, seg: Durat
             // Over `sides.len()` rounds, each side is in each position once.
             for k in 0..sides.len() {
                 let i = (r + k) % sides.len();
+                let ticks = crate::timing::cpu_ticks();
                 let (ns, wall) = run(
                     &names[i],
                     clients[i].clone(),
@@ -114,6 +115,7 @@ pub async fn compare(sides: &[Side], levels: &[usize], rounds: usize, seg: Durat
                 )
                 .await;
                 samples[i].add(ns, wall);
+                samples[i].add_cpu(ticks, crate::timing::cpu_ticks());
             }
         }
         let progress: Vec<String> = sides

@@ -19,6 +19,8 @@ pub struct Samples {
     ns: Vec<u64>,
     /// Wall time of the segments the samples were taken in.
     pub wall: Duration,
+    /// The whole machine's busy and total CPU ticks during those segments ([`cpu_ticks`]).
+    machine: (u64, u64),
 }
 
 impl Samples {
@@ -26,6 +28,31 @@ impl Samples {
     pub fn add(&mut self, ns: Vec<u64>, wall: Duration) {
         self.ns.extend(ns);
         self.wall += wall;
+    }
+
+    /// Adds the machine's CPU ticks between two [`cpu_ticks`] readings around one segment.
+    pub fn add_cpu(&mut self, before: (u64, u64, u64), after: (u64, u64, u64)) {
+        self.machine.0 += after.0.saturating_sub(before.0);
+        self.machine.1 += after.1.saturating_sub(before.1);
+    }
+
+    /// The whole machine's busy CPU time per operation, µs: everything that ran (the load
+    /// generator, the side, the backend, the kernel's share, and any other process), so
+    /// comparable between sides of the same rounds only while the machine is otherwise idle.
+    pub fn cpu_us_per_op(&self) -> f64 {
+        if self.ns.is_empty() {
+            return 0.0;
+        }
+        self.machine.0 as f64 * 1e6 / USER_HZ / self.ns.len() as f64
+    }
+
+    /// Share of the machine's CPU that was busy during the segments (0..=1).
+    pub fn machine_busy(&self) -> f64 {
+        if self.machine.1 == 0 {
+            0.0
+        } else {
+            self.machine.0 as f64 / self.machine.1 as f64
+        }
     }
 
     /// Number of operations.
@@ -56,14 +83,20 @@ impl Samples {
 
     /// Summary as JSON.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "count": self.count(),
             "wall_s": self.wall.as_secs_f64(),
             "per_s": self.per_sec(),
             "p50_us": self.pct_us(50.0),
             "p99_us": self.pct_us(99.0),
             "mean_us": self.mean_us(),
-        })
+        });
+        // Only where the segments' CPU was read (`add_cpu`).
+        if self.machine.1 > 0 {
+            v["cpu_us_per_op"] = self.cpu_us_per_op().into();
+            v["machine_busy"] = self.machine_busy().into();
+        }
+        v
     }
 
     /// Mean in microseconds.
@@ -173,6 +206,10 @@ pub fn rss_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Clock ticks per second of `/proc/stat` and `/proc/PID/stat`: `USER_HZ`, 100 in Linux's
+/// user ABI on every architecture the benchmark runs on (the kernel's own `HZ` may differ).
+const USER_HZ: f64 = 100.0;
 
 /// CPU time, in clock ticks: (busy time of the whole machine, total time of the whole machine,
 /// time of this process and its reaped children).
