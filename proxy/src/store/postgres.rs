@@ -48,6 +48,12 @@ CREATE INDEX IF NOT EXISTS mop_kv_expiry ON mop_kv (expires_at) WHERE expires_at
     // Every changed row of a keyspace replicas cache is announced to all of them
     // (`store::pg_peers`), whoever changed it.
     (2, TRIGGER_SQL),
+    // Rows up to a page stay whole and uncompressed (PostgreSQL's default compresses and moves
+    // out of line anything past about 2 KB): a refresh family with its superseded hashes
+    // (about 7.5 KB) and an audit group row (about 4 KB) are rewritten on every refresh and
+    // group commit, and compressing them then reading them back out of line cost more
+    // PostgreSQL CPU than the bytes saved (issue 17; BENCHMARKS.md).
+    (3, "ALTER TABLE mop_kv SET (toast_tuple_target = 8160);"),
 ];
 
 const TRIGGER_SQL: &str = r#"
@@ -882,6 +888,44 @@ pub(crate) mod tests {
             0,
             "already applied at connect"
         );
+    }
+
+    /// A record of several KB (a refresh family that has rotated many times, an audit group
+    /// row) is kept whole: not compressed, not moved out of line, so rewriting and reading it
+    /// costs PostgreSQL no compression work (migration 3).
+    #[tokio::test]
+    async fn records_up_to_a_page_stay_inline_and_uncompressed() {
+        let clock = ManualClock::new(UnixTime(1_000));
+        let Some(store) = test_store(clock).await else {
+            return;
+        };
+        // Compressible, as a family's JSON is: by default PostgreSQL would compress it.
+        let value = br#"{"hash":"0123456789abcdef0123456789abcdef","at":1000,"branch":0},"#
+            .repeat(7_500 / 64);
+        store
+            .put(Keyspace::RefreshFamilies, "fam", value.clone(), None)
+            .await
+            .unwrap();
+        let conn = store.conn().await.unwrap();
+        let row = conn
+            .0
+            .query_one(
+                "SELECT pg_column_compression(value), pg_column_size(value) \
+                 FROM mop_kv WHERE keyspace = 'refresh_families' AND key = 'fam'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let compression: Option<String> = row.get(0);
+        let size: i32 = row.get(1);
+        assert_eq!(compression, None, "stored compressed");
+        assert!(
+            usize::try_from(size).unwrap() >= value.len(),
+            "stored in {size} bytes for {}",
+            value.len()
+        );
+        let read = store.get(Keyspace::RefreshFamilies, "fam").await.unwrap();
+        assert_eq!(read.map(|v| v.value), Some(value));
     }
 
     #[test]
