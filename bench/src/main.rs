@@ -436,8 +436,9 @@ fn added(v: &Value, key: &str, pct: &str) -> Option<f64> {
     Some(f(side(v, key)?, &[pct]) - f(side(v, "direct")?, &[pct]))
 }
 
-/// The machine's busy CPU per call of side `key` beyond direct's, µs (the side's own cost:
-/// direct's is the load generator's and the backend's, which every side also spends).
+/// The machine's busy CPU per call of side `key` beyond direct's, µs: an estimate of the
+/// side's own cost (direct's is the load generator's and the backend's, which every side also
+/// spends; at direct's higher call rate their share per call may be somewhat lower).
 fn own_cpu(v: &Value, key: &str) -> Option<f64> {
     let cpu = |k: &str| side(v, k)?.get("cpu_us_per_op")?.as_f64();
     Some(cpu(key)? - cpu("direct")?)
@@ -446,16 +447,19 @@ fn own_cpu(v: &Value, key: &str) -> Option<f64> {
 /// The machine-busy share from which a level's calls/s are taken as bound by CPU.
 const BUSY: f64 = 0.9;
 
-/// What the proxy may spend of its own per call for `target` × nginx's calls/s on a busy
-/// machine (calls/s then go as the inverse of CPU per call): nginx's CPU per call ÷ target,
-/// less direct's; and the lowest machine-busy share among the level's sides.
+/// What the proxy (sled) may spend of its own per call to reach `target` × nginx's calls/s,
+/// keeping the busy CPU it had: calls/s = busy CPU ÷ CPU per call, so its CPU per call would
+/// have to be its busy CPU ÷ (`target` × nginx's calls/s), i.e. its CPU per call × (its calls/s
+/// ÷ nginx's) ÷ `target`; less direct's. Meaningful only while the machine is busy: also
+/// returns the lowest busy share of direct, nginx and the proxy.
 fn own_budget(v: &Value, target: f64) -> Option<(f64, f64)> {
     let cpu = |k: &str| side(v, k)?.get("cpu_us_per_op")?.as_f64();
-    let busy = SIDES
+    let busy = ["direct", "nginx", "sled"]
         .iter()
-        .filter_map(|(k, _)| side(v, k)?.get("machine_busy")?.as_f64())
-        .fold(f64::INFINITY, f64::min);
-    Some((cpu("nginx")? / target - cpu("direct")?, busy))
+        .map(|k| side(v, k)?.get("machine_busy")?.as_f64())
+        .try_fold(f64::INFINITY, |m, b| b.map(|b| m.min(b)))?;
+    let needed = cpu("sled")? * per_s_ratio(v, "sled", "nginx")? / target;
+    Some((needed - cpu("direct")?, busy))
 }
 
 /// Why side `key` was not measured, if the child said.
@@ -531,7 +535,7 @@ fn mcp_section(report: &mut String, out: &ChildOut) {
             (Some(own), Some((_, busy))) => {
                 let _ = writeln!(
                     report,
-                    "         own CPU per call proxy(sled) {own:.1} µs (machine busy {:.0}%: calls/s not bound by CPU here, no budget)",
+                    "         own CPU per call proxy(sled) {own:.1} µs (machine busy {:.0}%: calls/s not bound by the machine's CPU here, no budget)",
                     busy * 100.0
                 );
             }
@@ -540,7 +544,7 @@ fn mcp_section(report: &mut String, out: &ChildOut) {
     }
     let _ = writeln!(
         report,
-        "   (added = side minus direct, same rounds. nginx: plain reverse proxy, keep-alive upstream. bare forwarder: axum in,\n    reqwest out, answer streamed back; no auth, parsing, store or audit: the second hop alone, built from the proxy's crates.\n    CPU µs/call: the whole machine's busy CPU during the side's segments, per call; own: less direct's (the load generator's\n    and the backend's), the side's own cost. While the machine is busy, calls/s go as the inverse of CPU per call)"
+        "   (added = side minus direct, same rounds. nginx: plain reverse proxy, keep-alive upstream. bare forwarder: axum in,\n    reqwest out, answer streamed back; no auth, parsing, store or audit: the second hop alone, built from the proxy's crates.\n    CPU µs/call: the whole machine's busy CPU during the side's segments, per call; own: less direct's (the load generator's\n    and the backend's), an estimate of the side's own cost. Budget: what the proxy's own CPU per call may be for 0.80× nginx's\n    calls/s at the busy CPU it had (calls/s = busy CPU ÷ CPU per call); given where the machine was ≥ 90% busy)"
     );
     if let Some(h) = &out.hung {
         let _ = writeln!(
@@ -731,15 +735,22 @@ fn mcp_rows(rows: &mut Vec<Row>, out: &ChildOut) {
             None,
         ));
         let us = |k: &str| own_cpu(v, k).map_or("—".to_owned(), |c| format!("{c:.0}"));
-        if let Some((budget, busy)) = own_budget(v, 0.8).filter(|(_, busy)| *busy >= BUSY) {
+        if let Some((budget, busy)) = own_budget(v, 0.8) {
+            let budget = if busy >= BUSY {
+                format!(
+                    "0.80× nginx leaves the proxy {budget:.0} µs; busy ≥ {:.0}%",
+                    busy * 100.0
+                )
+            } else {
+                format!("machine busy {:.0}%: no budget", busy * 100.0)
+            };
             rows.push(row(
                 "  same rounds, 16 conn: own CPU per call, proxy (sled) / nginx / bare forwarder",
                 format!(
-                    "{} / {} / {} µs (0.80× nginx leaves the proxy {budget:.0} µs; busy {:.0}%)",
+                    "{} / {} / {} µs ({budget})",
                     us("sled"),
                     us("nginx"),
-                    us("bare"),
-                    busy * 100.0
+                    us("bare")
                 ),
                 "— (context)",
                 None,
