@@ -462,6 +462,22 @@ fn own_budget(v: &Value, target: f64) -> Option<(f64, f64)> {
     Some((needed - cpu("direct")?, busy))
 }
 
+/// [`own_budget`] at 0.8× for the report, or why there is none. The busy share is floored, so
+/// that what is printed agrees with the gate.
+fn budget_text(v: &Value) -> String {
+    match own_budget(v, 0.8) {
+        Some((budget, busy)) if busy >= BUSY => format!(
+            "0.80× nginx's calls/s leaves it {budget:.1} µs (machine busy ≥ {:.0}%)",
+            (busy * 100.0).floor()
+        ),
+        Some((_, busy)) => format!(
+            "no budget: machine busy {:.0}%, calls/s not bound by the machine's CPU here",
+            (busy * 100.0).floor()
+        ),
+        None => "no budget: nginx or direct not measured".to_owned(),
+    }
+}
+
 /// Why side `key` was not measured, if the child said.
 fn skip_reason(out: &ChildOut, key: &str) -> Option<String> {
     out.of("skipped")
@@ -524,22 +540,12 @@ fn mcp_section(report: &mut String, out: &ChildOut) {
             fmt(per_s_ratio(v, "pg", "sled")),
             fmt(added_ratio),
         );
-        match (own_cpu(v, "sled"), own_budget(v, 0.8)) {
-            (Some(own), Some((budget, busy))) if busy >= BUSY => {
-                let _ = writeln!(
-                    report,
-                    "         own CPU per call proxy(sled) {own:.1} µs; 0.80× nginx's calls/s leaves it {budget:.1} µs (machine busy ≥ {:.0}%)",
-                    busy * 100.0
-                );
-            }
-            (Some(own), Some((_, busy))) => {
-                let _ = writeln!(
-                    report,
-                    "         own CPU per call proxy(sled) {own:.1} µs (machine busy {:.0}%: calls/s not bound by the machine's CPU here, no budget)",
-                    busy * 100.0
-                );
-            }
-            _ => {}
+        if let Some(own) = own_cpu(v, "sled") {
+            let _ = writeln!(
+                report,
+                "         own CPU per call proxy(sled) {own:.1} µs; {}",
+                budget_text(v)
+            );
         }
     }
     let _ = writeln!(
@@ -735,22 +741,15 @@ fn mcp_rows(rows: &mut Vec<Row>, out: &ChildOut) {
             None,
         ));
         let us = |k: &str| own_cpu(v, k).map_or("—".to_owned(), |c| format!("{c:.0}"));
-        if let Some((budget, busy)) = own_budget(v, 0.8) {
-            let budget = if busy >= BUSY {
-                format!(
-                    "0.80× nginx leaves the proxy {budget:.0} µs; busy ≥ {:.0}%",
-                    busy * 100.0
-                )
-            } else {
-                format!("machine busy {:.0}%: no budget", busy * 100.0)
-            };
+        if own_cpu(v, "sled").is_some() {
             rows.push(row(
                 "  same rounds, 16 conn: own CPU per call, proxy (sled) / nginx / bare forwarder",
                 format!(
-                    "{} / {} / {} µs ({budget})",
+                    "{} / {} / {} µs; {}",
                     us("sled"),
                     us("nginx"),
-                    us("bare")
+                    us("bare"),
+                    budget_text(v)
                 ),
                 "— (context)",
                 None,
