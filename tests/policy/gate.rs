@@ -162,10 +162,10 @@ async fn ambiguous_json_and_look_alike_tool_names_are_refused_before_the_policy_
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.status(), 400);
     let msg: Value = resp.json().await.unwrap();
-    assert_eq!(msg["error"]["code"], -32602, "{msg}");
-    assert_eq!(msg["id"], 9);
+    assert_eq!(msg["error"]["code"], -32600, "{msg}");
+    assert_eq!(msg["id"], 9, "the top-level id is unambiguous: answered");
     // A Cyrillic "е" in "dеlete_repo" is not the tool the rule names; it never gets that far
     // (here, as a 2025-11-25 client sends it: no mirrored header to disagree with).
     let mut old = Mcp::with_token(&proxy, &alice.mcp.token);
@@ -598,8 +598,13 @@ async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_th
     // `method` twice: serde_json reads the last (`ping`), a first-wins parser `tools/call`.
     let twice = format!("{call}\"}}}},\"method\":\"ping\"}}");
     let (status, msg) = raw_post(&proxy, &alice.mcp.token, twice.into_bytes(), "delete_repo").await;
-    assert_eq!(status, 200);
-    assert_eq!(msg["error"]["code"], -32602, "{msg}");
+    assert_eq!(status, 400);
+    assert_eq!(msg["error"]["code"], -32600, "{msg}");
+    assert_eq!(
+        msg["id"],
+        Value::Null,
+        "a top-level ambiguity answers no id"
+    );
     // The mirrored header names another tool than the body.
     let honest = format!("{call}\"}}}}}}");
     let (status, msg) = raw_post(
@@ -657,7 +662,7 @@ async fn bodies_other_parsers_read_differently_never_carry_a_denied_call_past_th
         .collect();
     for o in [
         "refused_unreadable",
-        "refused_duplicate_keys",
+        "refused_ambiguous_keys",
         "refused_mirrored_headers",
         "refused_method",
         "refused_body",

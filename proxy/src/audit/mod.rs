@@ -226,7 +226,9 @@ pub enum AuditEvent {
         /// What happened: `allowed` (let through to the gateway's next checks), `denied`,
         /// `hidden`, `step_up_required`,
         /// `approval_requested`, `approval_used`, `approval_declined` (a 2026-07-28 client's
-        /// person declined the link), `refused_duplicate_keys`, `refused_tool_name`.
+        /// person declined the link), `refused_tool_name`; for every request, policy or not,
+        /// `refused_unreadable`, `refused_ambiguous_keys`, `refused_mirrored_headers`,
+        /// `refused_method`, `refused_body` (`gateway::jsonrpc::BodyRefusal`).
         outcome: &'static str,
         /// `tool_policy::arguments_digest` of the call's arguments.
         arguments_digest: String,

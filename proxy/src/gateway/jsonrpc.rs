@@ -11,8 +11,7 @@ use serde_json::value::RawValue;
 // Defined by the session binding, which reads the header; re-exported for the gateway.
 pub use crate::bindings::session_binding::Version;
 
-/// `_meta` key of per-request client capabilities in 2026-07-28.
-const CLIENT_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
+use super::envelope::{self, ArgumentKeys, CLIENT_CAPS, NotRead};
 
 /// One inbound JSON-RPC message, as far as the gateway cares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -67,12 +66,24 @@ pub fn is_batch(body: &[u8]) -> bool {
         .is_some_and(|&b| b == b'[')
 }
 
-/// Reads an inbound body. Anything that is not a single JSON object yields the default (the
-/// backend decides what to do with it; the gateway only forwards).
+/// Reads an inbound `/mcp` POST body, or says why the gateway will not (the body is not one
+/// object serde_json reads completely, or a backend's reader could see other keys than the
+/// gateway: see [`envelope`](super::envelope)). `arguments`: the keys the policy reads in
+/// `params.arguments`.
+pub fn read_request(body: &[u8], arguments: &ArgumentKeys) -> Result<Inbound, NotRead> {
+    match envelope::read(body, arguments)? {
+        Value::Object(msg) => Ok(inbound(msg)),
+        // `envelope::read` only returns objects.
+        _ => Err(NotRead::Unreadable(envelope::Unreadable::NotAnObject)),
+    }
+}
+
+/// [`read_request`] without policy keys, for what it accepts; anything else is the default.
 pub fn inspect_request(body: &[u8]) -> Inbound {
-    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(body) else {
-        return Inbound::default();
-    };
+    read_request(body, &ArgumentKeys::default()).unwrap_or_default()
+}
+
+fn inbound(mut msg: serde_json::Map<String, Value>) -> Inbound {
     // Moved out, not cloned: the parsed message is dropped below.
     let owned = msg.remove("params");
     let params = owned.as_ref();
@@ -106,6 +117,177 @@ pub fn inspect_request(body: &[u8]) -> Inbound {
         method,
         object: true,
     }
+}
+
+/// Why the gateway answers a request itself before anything else reads its body. Checked on
+/// every `/mcp` request, with or without `[[policy]]`: the session and `requestState` bindings
+/// and the audit trail see every call only if nothing can carry one past them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyRefusal {
+    /// A method other than POST, GET and DELETE (only POST carries JSON-RPC messages).
+    Method,
+    /// A body on GET or DELETE: a backend that does not dispatch on the method could read a
+    /// call in it.
+    BodyWithoutPost,
+    /// A POST body the gateway will not read ([`envelope`](super::envelope)).
+    NotRead(NotRead),
+    /// 2026-07-28 `Mcp-Method` / `Mcp-Name` say something other than the body, or come twice.
+    MirroredHeaders,
+}
+
+impl BodyRefusal {
+    /// The `policy_decision` event's outcome.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            BodyRefusal::Method => "refused_method",
+            BodyRefusal::BodyWithoutPost => "refused_body",
+            BodyRefusal::NotRead(NotRead::Unreadable(_)) => "refused_unreadable",
+            BodyRefusal::NotRead(NotRead::Ambiguous(_)) => "refused_ambiguous_keys",
+            BodyRefusal::MirroredHeaders => "refused_mirrored_headers",
+        }
+    }
+
+    /// What the audit event's `matched` says of it: the unreadable kind, or where the keys
+    /// were ambiguous (never the keys: a caller's text).
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            BodyRefusal::NotRead(NotRead::Unreadable(u)) => Some(u.as_str().to_owned()),
+            BodyRefusal::NotRead(NotRead::Ambiguous(a)) => Some(a.describe()),
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC id to answer with, as JSON text: the body's own when the ambiguity lies
+    /// below the top level (so the top-level `id` is one exact key, read the same by everyone),
+    /// else none (`null`, as JSON-RPC answers a request whose id it cannot tell).
+    pub fn id(&self, body: &[u8]) -> Option<String> {
+        let BodyRefusal::NotRead(NotRead::Ambiguous(a)) = self else {
+            return None;
+        };
+        if a.at_top_level() {
+            return None;
+        }
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(m)) => m.get("id").map(Value::to_string),
+            _ => None,
+        }
+    }
+
+    /// HTTP status, and the JSON-RPC error code and message of the answer (none for a wrong
+    /// method).
+    pub fn answer(&self) -> (http::StatusCode, Option<(i64, &'static str)>) {
+        use http::StatusCode;
+        match self {
+            BodyRefusal::Method => (StatusCode::METHOD_NOT_ALLOWED, None),
+            BodyRefusal::BodyWithoutPost => (
+                StatusCode::BAD_REQUEST,
+                Some((-32600, "GET and DELETE carry no body")),
+            ),
+            BodyRefusal::NotRead(NotRead::Unreadable(_)) => (
+                StatusCode::BAD_REQUEST,
+                Some((
+                    -32700,
+                    "the body is not one JSON object this server can read (UTF-8, no byte-order mark, no lone surrogate, nothing after it)",
+                )),
+            ),
+            BodyRefusal::NotRead(NotRead::Ambiguous(_)) => (
+                StatusCode::BAD_REQUEST,
+                Some((
+                    -32600,
+                    "the request has object keys that differ only in case, or spells a key this server reads in another case or with escapes; send each key once, as MCP spells it",
+                )),
+            ),
+            BodyRefusal::MirroredHeaders => (
+                StatusCode::BAD_REQUEST,
+                Some((
+                    HEADER_MISMATCH,
+                    "Mcp-Method or Mcp-Name does not say what the body says",
+                )),
+            ),
+        }
+    }
+}
+
+/// JSON-RPC error of a mirrored header that disagrees with the body (MCP 2026-07-28).
+pub const HEADER_MISMATCH: i64 = -32020;
+
+/// The checks every `/mcp` request's method and body pass before anything else reads it: the
+/// message as the gateway reads it, or why it is answered here. A batch is left to the handle
+/// checks (its own refusal); GET and DELETE read as the default message.
+pub fn admit(
+    method: &http::Method,
+    headers: &http::HeaderMap,
+    body: &[u8],
+    arguments: &ArgumentKeys,
+) -> Result<Inbound, BodyRefusal> {
+    use http::Method;
+    if *method != Method::POST {
+        if !matches!(*method, Method::GET | Method::DELETE) {
+            return Err(BodyRefusal::Method);
+        }
+        if !body.is_empty() {
+            return Err(BodyRefusal::BodyWithoutPost);
+        }
+        return Ok(Inbound::default());
+    }
+    if is_batch(body) {
+        return Ok(Inbound::default());
+    }
+    let inbound = read_request(body, arguments).map_err(BodyRefusal::NotRead)?;
+    if mirrors_disagree(headers, &inbound) {
+        return Err(BodyRefusal::MirroredHeaders);
+    }
+    Ok(inbound)
+}
+
+/// Whether a 2026-07-28 client's mirrored `Mcp-Method` / `Mcp-Name` headers, when present,
+/// say something other than the body, or come more than once (`Mcp-Name` mirrors
+/// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`,
+/// `params.taskId` of `tasks/*`; a non-ASCII value comes as `=?base64?…?=`). A backend or an
+/// intermediary routing on them would act on something other than what the gateway decided.
+fn mirrors_disagree(headers: &http::HeaderMap, inbound: &Inbound) -> bool {
+    let decoded = |v: &http::HeaderValue| -> Option<String> {
+        let text = v.to_str().ok()?;
+        match text
+            .strip_prefix("=?base64?")
+            .and_then(|r| r.strip_suffix("?="))
+        {
+            Some(b64) => String::from_utf8(crate::crypto::b64_decode(b64)?).ok(),
+            None => Some(text.to_owned()),
+        }
+    };
+    let field = |name: &str| {
+        inbound
+            .params
+            .as_ref()
+            .and_then(|p| p.get(name))
+            .and_then(Value::as_str)
+    };
+    // One value each: a repeated header could say one thing here and another to the backend.
+    let one = |name: &str| -> Result<Option<Option<String>>, ()> {
+        let mut all = headers.get_all(name).iter();
+        match (all.next(), all.next()) {
+            (None, _) => Ok(None),
+            (Some(v), None) => Ok(Some(decoded(v))),
+            (Some(_), Some(_)) => Err(()),
+        }
+    };
+    let (Ok(method_header), Ok(name_header)) = (one("mcp-method"), one("mcp-name")) else {
+        return true;
+    };
+    let method_differs = method_header.is_some_and(|m| m.as_deref() != inbound.method.as_deref());
+    // What `Mcp-Name` mirrors, by method (MCP 2026-07-28); other methods have none to check.
+    let named = match inbound.method.as_deref() {
+        Some("tools/call" | "prompts/get") => Some(field("name")),
+        Some("resources/read") => Some(field("uri")),
+        Some(m) if m.starts_with("tasks/") => Some(field("taskId")),
+        _ => None,
+    };
+    let name_differs = match (name_header, named) {
+        (Some(sent), Some(body)) => sent.as_deref() != body,
+        _ => false,
+    };
+    method_differs || name_differs
 }
 
 /// What became of a forwarded call.

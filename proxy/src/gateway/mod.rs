@@ -4,6 +4,7 @@
 //! belong to the caller; then it is forwarded to the backend with the proxy's own credential,
 //! and the response streams back unbuffered.
 
+pub mod envelope;
 pub mod forward;
 pub mod jsonrpc;
 pub mod policy;
@@ -307,10 +308,11 @@ pub async fn handle(
     let Some(backend) = app.config.backend.as_ref() else {
         return Err(GatewayError::NoBackend);
     };
-    let inbound = if req.method == Method::POST {
-        jsonrpc::inspect_request(&req.body)
-    } else {
-        Inbound::default()
+    let policy = app.policy();
+    let arguments = envelope::ArgumentKeys::from_pointers(policy.argument_pointers());
+    let inbound = match jsonrpc::admit(&req.method, &req.headers, &req.body, &arguments) {
+        Ok(inbound) => inbound,
+        Err(refusal) => return refuse_body(app, &token, &refusal, &req.body).await,
     };
     let checked = check_handles(app, &token, &req, &inbound).await?;
     let version = checked.version();
@@ -324,18 +326,7 @@ pub async fn handle(
 
     // `[[policy]]`, before anything reaches the backend: a call it refuses outright never gets
     // as far as the GitHub-access checks (no connect link, no token refresh for it).
-    let held = match policy::gate(
-        app,
-        &token,
-        &person,
-        &req.method,
-        &req.headers,
-        &req.body,
-        &inbound,
-        context,
-    )
-    .await?
-    {
+    let held = match policy::gate(app, &token, &person, &req.method, &inbound, context).await? {
         policy::Gate::Pass(p) => Ok(p),
         policy::Gate::Answer(answer) => return Ok(answer),
         policy::Gate::Held(h) => Err(h),
@@ -524,6 +515,40 @@ async fn check_handles(
         return Err(GatewayError::UnknownSession);
     }
     Ok(checked)
+}
+
+/// Answers a request whose method or body the gateway will not pass on
+/// ([`jsonrpc::admit`]): nothing reaches the backend, nothing stored changes, and the refusal
+/// is a `policy_decision` event of the defaults, with or without `[[policy]]`.
+async fn refuse_body(
+    app: &App,
+    token: &Audienced<AccessTokenRecord>,
+    refusal: &jsonrpc::BodyRefusal,
+    body: &[u8],
+) -> Result<Forwarded, GatewayError> {
+    let t = token.get();
+    // Write class: not security state, an audit event of a refusal (durable before the
+    // answer); the refusal changes nothing a later request reads.
+    app.audit
+        .record(AuditEvent::PolicyDecision {
+            user_id: t.user_id.clone(),
+            client_id: t.client_id.clone(),
+            tool: String::new(),
+            rule_id: policy::DEFAULTS_ID.to_owned(),
+            decision: "deny",
+            outcome: refusal.outcome(),
+            arguments_digest: crate::tool_policy::arguments_digest(None),
+            matched: refusal.detail().into_iter().collect(),
+        })
+        .await?;
+    let (status, error) = refusal.answer();
+    let id = refusal.id(body);
+    let body = error.map(|(code, message)| policy::json_rpc_error(id.as_deref(), code, message));
+    let context = ClientContext {
+        version: Version::Sessions,
+        url_elicitation: false,
+    };
+    Ok(Forwarded::local(status, body, context))
 }
 
 fn flow_err(e: crate::flows::FlowError) -> GatewayError {

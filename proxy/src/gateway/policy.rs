@@ -2,9 +2,9 @@
 //! after authentication and before anything reaches the backend. The rules themselves are
 //! pure (`tool_policy`); this module applies them to one request and answers for them:
 //!
-//! * `tools/call` with a repeated key anywhere in its body, or a tool name outside MCP's
-//!   characters, is refused when a policy is set: a rule could otherwise check a value or a
-//!   name the backend reads differently.
+//! * A body some backend could read differently never gets here (`jsonrpc::admit`, for every
+//!   request); a `tools/call` whose tool name is outside MCP's characters is refused when a
+//!   policy is set: a rule could otherwise check a name the backend reads differently.
 //! * `deny`: a tool error naming the rule; nothing is forwarded.
 //! * `step_up`: 403 `insufficient_scope` naming every scope the call needs, so the client
 //!   re-authorizes (and the person consents to the extra access).
@@ -18,8 +18,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{HeaderMap, Method};
+use http::Method;
 use serde_json::{Value, json};
 
 use super::jsonrpc::{Inbound, Version};
@@ -133,7 +132,7 @@ fn pass(list_filter: Option<ListFilter>) -> Gate {
 }
 
 /// A JSON-RPC error for a request the gateway refuses to read further.
-fn json_rpc_error(id: Option<&str>, code: i64, message: &str) -> Value {
+pub(super) fn json_rpc_error(id: Option<&str>, code: i64, message: &str) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id.and_then(|i| serde_json::from_str::<Value>(i).ok()).unwrap_or(Value::Null),
@@ -167,59 +166,6 @@ pub struct Held {
     decision: Decision,
 }
 
-/// Whether a 2026-07-28 client's mirrored `Mcp-Method` / `Mcp-Name` headers, when present,
-/// say something other than the body, or come more than once (`Mcp-Name` mirrors
-/// `params.name` of `tools/call` and `prompts/get`, `params.uri` of `resources/read`,
-/// `params.taskId` of `tasks/*`; a non-ASCII value comes as `=?base64?…?=`). A backend or an intermediary
-/// routing on them would act on something other than what the policy decided.
-fn mirrors_disagree(headers: &HeaderMap, inbound: &Inbound) -> bool {
-    let decoded = |v: &http::HeaderValue| -> Option<String> {
-        let text = v.to_str().ok()?;
-        match text
-            .strip_prefix("=?base64?")
-            .and_then(|r| r.strip_suffix("?="))
-        {
-            Some(b64) => String::from_utf8(crate::crypto::b64_decode(b64)?).ok(),
-            None => Some(text.to_owned()),
-        }
-    };
-    let field = |name: &str| {
-        inbound
-            .params
-            .as_ref()
-            .and_then(|p| p.get(name))
-            .and_then(Value::as_str)
-    };
-    // One value each: a repeated header could say one thing here and another to the backend.
-    let one = |name: &str| -> Result<Option<Option<String>>, ()> {
-        let mut all = headers.get_all(name).iter();
-        match (all.next(), all.next()) {
-            (None, _) => Ok(None),
-            (Some(v), None) => Ok(Some(decoded(v))),
-            (Some(_), Some(_)) => Err(()),
-        }
-    };
-    let (Ok(method_header), Ok(name_header)) = (one("mcp-method"), one("mcp-name")) else {
-        return true;
-    };
-    let method_differs = method_header.is_some_and(|m| m.as_deref() != inbound.method.as_deref());
-    // What `Mcp-Name` mirrors, by method (MCP 2026-07-28); other methods have none to check.
-    let named = match inbound.method.as_deref() {
-        Some("tools/call" | "prompts/get") => Some(field("name")),
-        Some("resources/read") => Some(field("uri")),
-        Some(m) if m.starts_with("tasks/") => Some(field("taskId")),
-        _ => None,
-    };
-    let name_differs = match (name_header, named) {
-        (Some(sent), Some(body)) => sent.as_deref() != body,
-        _ => false,
-    };
-    method_differs || name_differs
-}
-
-/// JSON-RPC error of a mirrored header that disagrees with the body (MCP 2026-07-28).
-const HEADER_MISMATCH: i64 = -32020;
-
 /// Applies the policy to one request, up to what needs no store: refusals before any rule
 /// (methods, bodies the gateway cannot read unambiguously), `tools/list` filtering, and each
 /// `tools/call` decision. An `ask` comes back [`Gate::Held`] for [`redeem`].
@@ -229,8 +175,6 @@ pub async fn gate(
     token: &Audienced<AccessTokenRecord>,
     person: &PersonFacts,
     method: &Method,
-    headers: &HeaderMap,
-    body: &Bytes,
     inbound: &Inbound,
     context: ClientContext,
 ) -> Result<Gate, GatewayError> {
@@ -259,66 +203,10 @@ pub async fn gate(
     // refusal or the forwarded call changes nothing a later request reads); a refusal's event
     // is durable before the answer, a forwarded call's is group committed.
     //
-    // Only POST carries JSON-RPC messages; GET opens a stream and DELETE ends a session. Any
-    // other method, or a body on GET or DELETE, could carry a call past the rules to a backend
-    // that does not dispatch on the method.
+    // The method, the body's readability, its keys and the mirrored headers were checked for
+    // every request before this (`jsonrpc::admit`); only POST carries a call.
     if *method != Method::POST {
-        if !matches!(*method, Method::GET | Method::DELETE) {
-            app.audit.record(refused("", "refused_method")).await?;
-            return local(http::StatusCode::METHOD_NOT_ALLOWED, None);
-        }
-        if !body.is_empty() {
-            app.audit.record(refused("", "refused_body")).await?;
-            return local(
-                http::StatusCode::BAD_REQUEST,
-                Some(json_rpc_error(None, -32600, "GET and DELETE carry no body")),
-            );
-        }
         return Ok(pass(None));
-    }
-    // A body serde_json does not read as exactly one object (a lone surrogate, nesting past its
-    // limit, invalid UTF-8, trailing bytes, …) may still be one to the backend's parser: the
-    // rules cannot see what it says, so it goes no further.
-    if !inbound.object {
-        app.audit.record(refused("", "refused_unreadable")).await?;
-        return local(
-            http::StatusCode::BAD_REQUEST,
-            Some(json_rpc_error(
-                None,
-                -32700,
-                "the body is not one JSON object this server can read",
-            )),
-        );
-    }
-    // A repeated key anywhere (`method` included): parsers disagree on which one wins.
-    if tool_policy::has_duplicate_keys(body) {
-        app.audit
-            .record(refused(name.unwrap_or_default(), "refused_duplicate_keys"))
-            .await?;
-        return local(
-            http::StatusCode::OK,
-            Some(json_rpc_error(
-                id,
-                -32602,
-                "the request repeats a key in an object; this server reads no ambiguous JSON",
-            )),
-        );
-    }
-    if mirrors_disagree(headers, inbound) {
-        app.audit
-            .record(refused(
-                name.unwrap_or_default(),
-                "refused_mirrored_headers",
-            ))
-            .await?;
-        return local(
-            http::StatusCode::BAD_REQUEST,
-            Some(json_rpc_error(
-                id,
-                HEADER_MISMATCH,
-                "Mcp-Method or Mcp-Name does not say what the body says",
-            )),
-        );
     }
     match inbound.method.as_deref() {
         Some("tools/list") => {

@@ -26,9 +26,9 @@
 //! - `clients`: client ids, exact.
 //!
 //! Two things the gateway refuses before the policy ever runs, so the matcher sees exactly what
-//! the backend would: a `tools/call` body with a repeated object key anywhere
-//! ([`has_duplicate_keys`]: serde_json keeps the last duplicate, other parsers the first) and a
-//! tool name outside MCP's `[A-Za-z0-9_.-]{1,128}` ([`valid_tool_name`]).
+//! the backend would: a body some backend reads differently (`gateway::envelope`: repeated or
+//! case-folded keys, a key a rule names spelt otherwise) and a tool name outside MCP's
+//! `[A-Za-z0-9_.-]{1,128}` ([`valid_tool_name`]).
 
 mod canonical;
 mod rule;
@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{ClientId, UserId};
 
-pub use canonical::{arguments_digest, has_duplicate_keys};
+pub use canonical::arguments_digest;
 use rule::{Rule, glob_covers};
 
 /// How long an `ask` approval stays usable when neither the rule nor `[policy_defaults]` says.
@@ -328,6 +328,14 @@ impl Policy {
             }
         }
         out
+    }
+
+    /// Every JSON pointer an `arguments` condition reads (`owner` as `/owner`): the gateway
+    /// refuses calls that spell one of these keys in a way some backend reads differently.
+    pub fn argument_pointers(&self) -> impl Iterator<Item = &str> {
+        self.rules
+            .iter()
+            .flat_map(|r| r.arguments.iter().map(|a| a.pointer()))
     }
 
     /// No rules and default allow: the gateway can skip all policy work.

@@ -171,6 +171,10 @@ pub(super) struct ArgCondition {
 }
 
 impl ArgCondition {
+    pub(super) fn pointer(&self) -> &str {
+        &self.pointer
+    }
+
     fn matches(&self, arguments: Option<&Value>) -> bool {
         let Some(v) = arguments.and_then(|a| a.pointer(&self.pointer)) else {
             return false;

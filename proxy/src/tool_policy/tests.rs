@@ -748,31 +748,6 @@ fn digest_is_canonical() {
 }
 
 #[test]
-fn duplicate_keys_are_found_at_any_depth() {
-    for dup in [
-        r#"{"a":1,"a":2}"#,
-        r#"{"a":1,"\u0061":2}"#,
-        r#"{"params":{"arguments":{"owner":"x","owner":"acme"}}}"#,
-        r#"[1,{"k":[{"z":1,"z":1}]}]"#,
-        r#"{"x":{"y":{}},"x":null}"#,
-    ] {
-        assert!(has_duplicate_keys(dup.as_bytes()), "{dup}");
-    }
-    for clean in [
-        r#"{"a":1,"b":{"a":1},"c":[{"a":1},{"a":1}]}"#,
-        r#"{"a":1,"A":2}"#,
-        r#"[]"#,
-        r#""a""#,
-        r#"{}"#,
-        r#"not json"#,
-        r#"{"a":1,"a":2"#,
-        r#"{"a":1} {"a":1,"a":2}"#,
-    ] {
-        assert!(!has_duplicate_keys(clean.as_bytes()), "{clean}");
-    }
-}
-
-#[test]
 fn question_mark_is_one_byte_and_star_spans_anything() {
     let p = policy(
         "[[policy]]\nid=\"r\"\ntools=[\"*\"]\narguments={a=\"x?y\", b=\"*\"}\ndecision=\"deny\"",

@@ -15,6 +15,7 @@ mod generators;
 mod consent_cookie;
 mod cookies;
 mod csrf;
+mod envelope;
 mod jsonrpc;
 mod pkce;
 mod redirect;
