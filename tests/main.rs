@@ -83,6 +83,7 @@ mod policy {
 
 mod gateway {
     mod auth;
+    mod folded_keys;
     mod hot_path;
     mod passthrough;
     mod sessions;

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod binary;
 pub mod browser;
 pub mod client;
+pub mod go_backend;
 pub mod logs;
 pub mod mcp;
 pub mod ops;
@@ -75,6 +76,9 @@ pub struct Options {
     pub github_scopes: Option<String>,
     /// Log every store operation of this proxy here (`support::ops`).
     pub op_log: Option<ops::OpLog>,
+    /// Put this MCP endpoint behind `/mcp` (github_token mode) instead of the demo backend
+    /// (for example the Go backend, `support::go_backend`).
+    pub backend_url: Option<String>,
 }
 
 /// What replicas of one proxy share.
@@ -187,12 +191,14 @@ impl TestProxy {
         } else {
             "auth = \"github_token\"".to_owned()
         };
-        let backend_toml = backend
-            .as_ref()
-            .map(|b| {
+        let backend_url = opts
+            .backend_url
+            .clone()
+            .or_else(|| backend.as_ref().map(|b| b.url()));
+        let backend_toml = backend_url
+            .map(|url| {
                 format!(
-                    "[backend]\nurl = \"{}\"\n{auth}\n{}\n",
-                    b.url(),
+                    "[backend]\nurl = \"{url}\"\n{auth}\n{}\n",
                     opts.backend_toml
                 )
             })

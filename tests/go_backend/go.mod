@@ -1,0 +1,3 @@
+module mcpoauthproxy.test/gobackend
+
+go 1.22
