@@ -11,7 +11,8 @@ use super::*;
 /// definitions (`InputSchema: &jsonschema.Schema{…}`) in pkg/github/repositories.go,
 /// issues_granular.go, issues.go, pullrequests.go, pullrequests_granular.go and gists.go, and
 /// the schemas they produce, pkg/github/__toolsnaps__/<tool>.snap. `string|null` is an
-/// `anyOf` of the two.
+/// `anyOf` of the two. `create_issue` and `update_issue_*` exist only behind that server's
+/// granular-issues feature flag; by default issues are written with `issue_write`.
 const GITHUB_MCP_SERVER: &[(&str, &str)] = &[
     (
         "create_branch",
@@ -55,6 +56,12 @@ const GITHUB_MCP_SERVER: &[(&str, &str)] = &[
     (
         "get_file_contents",
         "fields:array owner:string path:string ref:string repo:string sha:string",
+    ),
+    (
+        "issue_write",
+        "assignees:array body:string duplicate_of:number issue_fields:array issue_number:number \
+         labels:array method:string milestone:number owner:string repo:string state:string \
+         state_reason:string title:string type:string|null",
     ),
     (
         "merge_pull_request",
