@@ -78,6 +78,7 @@ mod hygiene;
 
 /// `[[policy]]`: deny, step-up and "ask the person" on every tool call (issue 19).
 mod policy {
+    mod argument_shapes;
     mod gate;
 }
 

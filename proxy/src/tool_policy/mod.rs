@@ -16,11 +16,20 @@
 //!   case-insensitive (GitHub owners and repositories are, so `ACME` must not escape a rule on
 //!   `acme`) and nothing else is normalised: a Unicode look-alike is another string, which is
 //!   also what GitHub sees.
-//! - An `arguments` key is a top-level argument name (`owner`) or a JSON pointer (`/repo/name`,
-//!   RFC 6901, `~0` and `~1` escapes); `owner` and `/owner` are the same condition. A string
-//!   value matches against its glob; a number or boolean against its JSON text (`42`, `true`),
-//!   an integral number also as its integer text (`42.0` and `4.2e1` match `"42"`); null,
-//!   arrays, objects and missing keys never match, so the rule does not apply.
+//! - An `arguments` key is a top-level argument name (`owner`) or a JSON pointer
+//!   (`/files/0/path`, RFC 6901, `~0` and `~1` escapes); `owner` and `/owner` are the same
+//!   condition. A string value matches against its glob; a number or boolean against its JSON
+//!   text (`42`, `true`), an integral number also as its integer text (`42.0` and `4.2e1`
+//!   match `"42"`); null, arrays, objects and missing keys never match, so the rule does not
+//!   apply.
+//! - Shapes (`values`, issue 31): a rule with `arguments` conditions first checks the shapes
+//!   that apply to it — `owner` and `repo` are `github-name` unless `[policy_defaults] values`
+//!   or the rule's own `values` say otherwise (`any` removes one). A present value outside its
+//!   shape (`owner = "acme/infra/issues?"`, a number, an array) makes the rule's `arguments`
+//!   conditions count as holding for `deny`, `ask` and `step_up` and as failing for `allow`:
+//!   the backend may act on another owner, repository or path than the glob saw, so such a
+//!   call never gets through a rule that reads arguments. An absent value has no shape to
+//!   break.
 //! - `people`: `login` (case-insensitive), `id:N` (GitHub's numeric user id), `org:X` and
 //!   `team:X/Y` (active memberships, as last checked: see `flows::admission`).
 //! - `clients`: client ids, exact.
@@ -42,7 +51,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{ClientId, UserId};
 
 pub use canonical::arguments_digest;
-use rule::{Rule, glob_covers};
+use rule::{Rule, Shape, ShapeSource, glob_covers};
 
 /// How long an `ask` approval stays usable when neither the rule nor `[policy_defaults]` says.
 pub const DEFAULT_ASK_TTL_SECS: u64 = 600;
@@ -72,6 +81,10 @@ pub struct RawRule {
     /// Argument name or JSON pointer → glob on the value.
     #[serde(default)]
     arguments: Option<BTreeMap<String, String>>,
+    /// Argument name or JSON pointer → the shape its value must have (`github-name`,
+    /// `repo-path`, `any`), over `[policy_defaults] values` and the built-in shapes.
+    #[serde(default)]
+    values: Option<BTreeMap<String, String>>,
     #[serde(default)]
     people: Option<Vec<String>>,
     #[serde(default)]
@@ -89,6 +102,9 @@ pub struct RawDefaults {
     decision: Option<RawDecision>,
     /// The `ask_ttl_secs` of `ask` rules that do not set their own.
     ask_ttl_secs: Option<u64>,
+    /// Shapes for every rule, over the built-in ones (`owner` and `repo`: `github-name`).
+    #[serde(default)]
+    values: Option<BTreeMap<String, String>>,
 }
 
 /// What a decision tells the gateway to do.
@@ -268,6 +284,16 @@ impl Policy {
                 Action::Allow
             }
         };
+        let mut base_shapes = rule::built_in_shapes();
+        for (key, name) in defaults.values.iter().flatten() {
+            match (rule::pointer_of(key), Shape::parse(name)) {
+                (Ok(pointer), Ok(shape)) => {
+                    base_shapes.insert(pointer, (shape, ShapeSource::Defaults));
+                }
+                (Err(e), _) => errs.push(format!("policy_defaults.values: {e}")),
+                (_, Err(e)) => errs.push(format!("policy_defaults.values.{key}: {e}")),
+            }
+        }
         let mut seen = BTreeSet::new();
         let mut compiled = Vec::with_capacity(rules.len());
         for (i, raw) in rules.iter().enumerate() {
@@ -275,7 +301,7 @@ impl Policy {
             if !raw.id.is_empty() && !seen.insert(raw.id.to_ascii_lowercase()) {
                 errs.push(format!("{at}: the id is used by an earlier rule"));
             }
-            if let Some(rule) = Rule::from_raw(raw, default_ttl, &at, errs) {
+            if let Some(rule) = Rule::from_raw(raw, default_ttl, &base_shapes, &at, errs) {
                 compiled.push(rule);
             }
         }
@@ -326,16 +352,30 @@ impl Policy {
                     ));
                 }
             }
+            for (pointer, glob, shape) in later.shaped_globs() {
+                if !rule::glob_literals_all(glob, |c| shape.literal_ok(c)) {
+                    out.push(format!(
+                        "{at}: arguments {pointer}: glob {glob:?} has a character no {} value \
+                         can have ({}), so it holds for no well-formed value",
+                        shape.name(),
+                        shape.charset()
+                    ));
+                }
+            }
         }
         out
     }
 
-    /// Every JSON pointer an `arguments` condition reads (`owner` as `/owner`): the gateway
-    /// refuses calls that spell one of these keys in a way some backend reads differently.
+    /// Every JSON pointer a rule reads in `arguments` (`owner` as `/owner`): its conditions
+    /// and the shapes it checks. The gateway refuses calls that spell one of these keys in a
+    /// way some backend reads differently (a Go backend reads `Owner` as `owner`).
     pub fn argument_pointers(&self) -> impl Iterator<Item = &str> {
-        self.rules
-            .iter()
-            .flat_map(|r| r.arguments.iter().map(|a| a.pointer()))
+        self.rules.iter().flat_map(|r| {
+            r.arguments
+                .iter()
+                .map(|a| a.pointer())
+                .chain(r.shapes.iter().map(|s| s.pointer()))
+        })
     }
 
     /// No rules and default allow: the gateway can skip all policy work.

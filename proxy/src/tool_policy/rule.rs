@@ -1,5 +1,7 @@
 //! One compiled `[[policy]]` rule and its conditions.
 
+use std::collections::BTreeMap;
+
 use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
@@ -13,7 +15,7 @@ pub(super) fn tool_name_byte(b: u8) -> bool {
 }
 
 /// The one glob dialect of the policy: ASCII case-insensitive, `/` ordinary, `\` escapes.
-fn glob(pattern: &str) -> Result<Glob, String> {
+pub(super) fn glob(pattern: &str) -> Result<Glob, String> {
     if pattern.is_empty() {
         return Err("an empty glob matches nothing".to_owned());
     }
@@ -57,6 +59,192 @@ fn valid_pointer(p: &str) -> bool {
     b.iter()
         .enumerate()
         .all(|(i, &c)| c != b'~' || matches!(b.get(i + 1), Some(b'0' | b'1')))
+}
+
+/// An `arguments` or `values` key as the pointer it names: `owner` is `/owner`, a key starting
+/// with `/` is a pointer already.
+pub(super) fn pointer_of(key: &str) -> Result<String, String> {
+    if key.starts_with('/') {
+        if valid_pointer(key) {
+            Ok(key.to_owned())
+        } else {
+            Err(format!(
+                "{key:?} is not a JSON pointer (a \"~\" must be \"~0\" or \"~1\")"
+            ))
+        }
+    } else if key.is_empty() {
+        Err("an empty key names no argument".to_owned())
+    } else {
+        Ok(format!("/{}", key.replace('~', "~0").replace('/', "~1")))
+    }
+}
+
+/// What a value must look like before a rule reasons about it (`values`). A value outside its
+/// shape may mean something else to the backend than to the glob (`owner =
+/// "acme/infra/issues?"` is the owner `acme` to GitHub once its server has formatted it into a
+/// URL path), so it counts as matching every restricting rule and no `allow` rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// A GitHub login, organisation, repository or team name: a JSON string of 1 to 100 of
+    /// `A-Z a-z 0-9 _ . -`, and neither `.` nor `..`.
+    GitHubName,
+    /// A file path inside a repository: a JSON string of `/`-separated segments, none empty,
+    /// `.` or `..` (so no leading, trailing or doubled `/`), without `%`, `?`, `#`, `\` or
+    /// control characters.
+    RepoPath,
+}
+
+/// The shape names `values` accepts, for error messages.
+const SHAPE_NAMES: &str = "\"github-name\", \"repo-path\" or \"any\"";
+
+impl Shape {
+    /// `None` for `"any"`: no shape (it switches a default off).
+    pub(super) fn parse(name: &str) -> Result<Option<Shape>, String> {
+        match name {
+            "github-name" => Ok(Some(Shape::GitHubName)),
+            "repo-path" => Ok(Some(Shape::RepoPath)),
+            "any" => Ok(None),
+            _ => Err(format!("{name:?} is not a shape: one of {SHAPE_NAMES}")),
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Shape::GitHubName => "github-name",
+            Shape::RepoPath => "repo-path",
+        }
+    }
+
+    /// Whether `v` has this shape. Every shape is a string: a number, boolean, null, array or
+    /// object is outside (arrays and objects print as text that can carry a path: Go's `%v`
+    /// writes `[acme/x?]`, JavaScript's template strings `acme/x?`).
+    fn holds(self, v: &Value) -> bool {
+        let Value::String(s) = v else {
+            return false;
+        };
+        match self {
+            Shape::GitHubName => {
+                (1..=100).contains(&s.len())
+                    && s != "."
+                    && s != ".."
+                    && s.bytes().all(tool_name_byte)
+            }
+            Shape::RepoPath => {
+                s.split('/').all(|seg| !matches!(seg, "" | "." | ".."))
+                    && !s.contains(['%', '?', '#', '\\'])
+                    && !s.chars().any(char::is_control)
+            }
+        }
+    }
+
+    /// Whether a glob's literal character `c` can be part of a value of this shape.
+    pub(super) fn literal_ok(self, c: char) -> bool {
+        match self {
+            Shape::GitHubName => c.is_ascii() && tool_name_byte(c as u8),
+            Shape::RepoPath => !matches!(c, '%' | '?' | '#' | '\\') && !c.is_control(),
+        }
+    }
+
+    /// The characters a value of this shape may have, for warnings.
+    pub(super) fn charset(self) -> &'static str {
+        match self {
+            Shape::GitHubName => "A-Z a-z 0-9 _ . -",
+            Shape::RepoPath => "no % ? # \\ or control characters",
+        }
+    }
+}
+
+/// Where an argument's shape was declared, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ShapeSource {
+    /// Built in: `owner` and `repo` are GitHub names.
+    BuiltIn,
+    /// `[policy_defaults] values`.
+    Defaults,
+    /// The rule's own `values`.
+    Rule,
+}
+
+/// The shapes every rule with `arguments` conditions starts from: the top-level `owner` and
+/// `repo`, which every tool of GitHub's MCP server takes as a string naming an account and a
+/// repository, and formats into URL paths.
+pub(super) fn built_in_shapes() -> BTreeMap<String, (Option<Shape>, ShapeSource)> {
+    ["/owner", "/repo"]
+        .into_iter()
+        .map(|p| {
+            (
+                p.to_owned(),
+                (Some(Shape::GitHubName), ShapeSource::BuiltIn),
+            )
+        })
+        .collect()
+}
+
+/// A pointer's target, for a shape check: absent (nothing to check), a value, or unreachable
+/// (a scalar, null, or an array with a non-index segment where the pointer goes deeper: the
+/// value is not built as the shape's pointer says).
+enum Found<'a> {
+    Absent,
+    Value(&'a Value),
+    Unreachable,
+}
+
+/// RFC 6901 evaluation that tells a missing member (absent) from a path through a value that
+/// has no members (unreachable). Array indices as serde_json reads them: digits, no leading
+/// zero, no sign. `arguments` that are no object (MCP says they are one) name no argument:
+/// every pointer is absent in them, as the conditions see it too.
+fn find<'a>(root: Option<&'a Value>, pointer: &str) -> Found<'a> {
+    let Some(mut at) = root.filter(|v| v.is_object()) else {
+        return Found::Absent;
+    };
+    for token in pointer.split('/').skip(1) {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        let next = match at {
+            Value::Object(map) => map.get(&token),
+            Value::Array(items) => {
+                let index_like = !token.is_empty()
+                    && token.bytes().all(|b| b.is_ascii_digit())
+                    && (token == "0" || !token.starts_with('0'));
+                if !index_like {
+                    return Found::Unreachable;
+                }
+                token.parse::<usize>().ok().and_then(|i| items.get(i))
+            }
+            _ => return Found::Unreachable,
+        };
+        match next {
+            Some(v) => at = v,
+            None => return Found::Absent,
+        }
+    }
+    Found::Value(at)
+}
+
+/// One argument whose shape a rule checks.
+#[derive(Debug, Clone)]
+pub(super) struct Shaped {
+    pointer: String,
+    shape: Shape,
+}
+
+impl Shaped {
+    pub(super) fn pointer(&self) -> &str {
+        &self.pointer
+    }
+
+    #[cfg(test)]
+    pub(super) fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Whether the call's value at this pointer is present and outside the shape.
+    fn outside(&self, arguments: Option<&Value>) -> bool {
+        match find(arguments, &self.pointer) {
+            Found::Absent => false,
+            Found::Value(v) => !self.shape.holds(v),
+            Found::Unreachable => true,
+        }
+    }
 }
 
 /// One entry of `people`.
@@ -171,6 +359,11 @@ pub(super) struct ArgCondition {
 }
 
 impl ArgCondition {
+    /// The glob as written.
+    pub(super) fn glob_text(&self) -> &str {
+        self.glob.glob().glob()
+    }
+
     pub(super) fn pointer(&self) -> &str {
         &self.pointer
     }
@@ -205,6 +398,9 @@ pub(super) struct Rule {
     pub(super) tool_globs: Vec<String>,
     tools: GlobSet,
     pub(super) arguments: Vec<ArgCondition>,
+    /// The shapes this rule checks before it reads `arguments` (empty when it has no
+    /// `arguments` condition: it reads no argument then).
+    pub(super) shapes: Vec<Shaped>,
     pub(super) people: Vec<Person>,
     clients: Vec<String>,
     pub(super) action: Action,
@@ -215,6 +411,7 @@ impl Rule {
     pub(super) fn from_raw(
         raw: &RawRule,
         default_ttl: u64,
+        base_shapes: &BTreeMap<String, (Option<Shape>, ShapeSource)>,
         at: &str,
         errs: &mut Vec<String>,
     ) -> Option<Rule> {
@@ -247,20 +444,12 @@ impl Rule {
 
         let mut arguments = Vec::new();
         for (key, pattern) in raw.arguments.iter().flatten() {
-            let pointer = if key.starts_with('/') {
-                if !valid_pointer(key) {
-                    errs.push(format!(
-                        "{at}: arguments: {key:?} is not a JSON pointer (a \"~\" must be \
-                         \"~0\" or \"~1\")"
-                    ));
+            let pointer = match pointer_of(key) {
+                Ok(p) => p,
+                Err(e) => {
+                    errs.push(format!("{at}: arguments: {e}"));
                     continue;
                 }
-                key.clone()
-            } else if key.is_empty() {
-                errs.push(format!("{at}: arguments: an empty key names no argument"));
-                continue;
-            } else {
-                format!("/{}", key.replace('~', "~0").replace('/', "~1"))
             };
             match glob(pattern) {
                 Ok(g) => arguments.push(ArgCondition {
@@ -277,6 +466,7 @@ impl Rule {
                 "{at}: arguments is empty (leave it out to match any arguments)"
             ));
         }
+        let shapes = shapes_of(raw, &arguments, base_shapes, at, errs);
 
         let mut people = Vec::new();
         for p in raw.people.iter().flatten() {
@@ -357,10 +547,16 @@ impl Rule {
             tool_globs: raw.tools.clone(),
             tools,
             arguments,
+            shapes,
             people,
             clients,
             action,
         })
+    }
+
+    #[cfg(test)]
+    pub(super) fn names_tool(&self, tool: &str) -> bool {
+        self.tools.is_match(tool)
     }
 
     /// Whether the rule has conditions beyond the tool name.
@@ -397,9 +593,35 @@ impl Rule {
         Some(matched)
     }
 
-    /// `Some(the matched conditions)` when every condition holds.
+    /// `Some(the matched conditions)` when every condition holds. A call with a value outside
+    /// its shape cannot be read (which owner, repository or path the backend will act on is
+    /// not what the value says): the rule's `arguments` conditions count as holding when it
+    /// restricts (`deny`, `ask`, `step_up`) and as failing when it allows.
     pub(super) fn matches(&self, who: &Caller<'_>, call: &ToolCall<'_>) -> Option<Vec<String>> {
         let mut matched = self.head(who, call.name)?;
+        let outside: Vec<&Shaped> = self
+            .shapes
+            .iter()
+            .filter(|s| s.outside(call.arguments))
+            .collect();
+        if !outside.is_empty() {
+            if self.action == Action::Allow {
+                return None;
+            }
+            for a in &self.arguments {
+                if a.matches(call.arguments) && !outside.iter().any(|s| s.pointer == a.pointer) {
+                    matched.push(format!("argument:{}", a.pointer));
+                }
+            }
+            for s in outside {
+                matched.push(format!(
+                    "argument:{}(outside {})",
+                    s.pointer,
+                    s.shape.name()
+                ));
+            }
+            return Some(matched);
+        }
         for a in &self.arguments {
             if !a.matches(call.arguments) {
                 return None;
@@ -407,6 +629,16 @@ impl Rule {
             matched.push(format!("argument:{}", a.pointer));
         }
         Some(matched)
+    }
+
+    /// `(pointer, glob, shape)` of each `arguments` condition on a shaped argument.
+    pub(super) fn shaped_globs(&self) -> impl Iterator<Item = (&str, &str, Shape)> {
+        self.arguments.iter().filter_map(|a| {
+            self.shapes
+                .iter()
+                .find(|s| s.pointer == a.pointer)
+                .map(|s| (a.pointer.as_str(), a.glob_text(), s.shape))
+        })
     }
 
     /// Every condition but `arguments`.
@@ -480,9 +712,14 @@ pub(super) fn glob_covers(earlier: &str, later: &str) -> bool {
     false
 }
 
-/// Whether a tools glob's literal characters (outside `[...]` classes and `{...}`
-/// alternatives, where one odd choice does not doom the glob) could all be part of a tool name.
+/// Whether a tools glob's literal characters could all be part of a tool name.
 pub(super) fn glob_can_name_a_tool(g: &str) -> bool {
+    glob_literals_all(g, |c| c.is_ascii() && tool_name_byte(c as u8))
+}
+
+/// Whether a glob's literal characters (outside `[...]` classes and `{...}` alternatives,
+/// where one odd choice does not doom the glob) all pass `ok`.
+pub(super) fn glob_literals_all(g: &str, ok: impl Fn(char) -> bool) -> bool {
     let (mut class, mut alt, mut escaped) = (false, 0usize, false);
     for c in g.chars() {
         let literal = if escaped {
@@ -514,9 +751,90 @@ pub(super) fn glob_can_name_a_tool(g: &str) -> bool {
                 _ => alt == 0,
             }
         };
-        if literal && !(c.is_ascii() && tool_name_byte(c as u8)) {
+        if literal && !ok(c) {
             return false;
         }
     }
     true
+}
+
+/// The shapes a rule checks: `base` (built in, then `[policy_defaults] values`) with the rule's
+/// own `values` over it, `any` removing one. Only a rule with `arguments` conditions checks
+/// shapes: one without reads no argument, so no value can mislead it.
+fn shapes_of(
+    raw: &RawRule,
+    arguments: &[ArgCondition],
+    base: &BTreeMap<String, (Option<Shape>, ShapeSource)>,
+    at: &str,
+    errs: &mut Vec<String>,
+) -> Vec<Shaped> {
+    let mut declared = base.clone();
+    let mut own = BTreeMap::new();
+    for (key, name) in raw.values.iter().flatten() {
+        let pointer = match pointer_of(key) {
+            Ok(p) => p,
+            Err(e) => {
+                errs.push(format!("{at}: values: {e}"));
+                continue;
+            }
+        };
+        let shape = match Shape::parse(name) {
+            Ok(s) => s,
+            Err(e) => {
+                errs.push(format!("{at}: values.{key}: {e}"));
+                continue;
+            }
+        };
+        if let Some(first) = own.insert(pointer.clone(), key) {
+            errs.push(format!(
+                "{at}: values: {first:?} and {key:?} name the same argument ({pointer})"
+            ));
+        }
+        declared.insert(pointer, (shape, ShapeSource::Rule));
+    }
+    if raw.values.as_ref().is_some_and(|v| v.is_empty()) {
+        errs.push(format!(
+            "{at}: values is empty (leave it out to keep the default shapes)"
+        ));
+    }
+    if raw.values.is_some() && raw.arguments.is_none() {
+        errs.push(format!(
+            "{at}: values belongs to a rule with arguments conditions (a rule without them reads \
+             no argument, so no value can mislead it)"
+        ));
+    }
+    if arguments.is_empty() {
+        return Vec::new();
+    }
+    let shapes: Vec<(Shaped, ShapeSource)> = declared
+        .into_iter()
+        .filter_map(|(pointer, (shape, source))| {
+            shape.map(|shape| (Shaped { pointer, shape }, source))
+        })
+        .collect();
+    // A condition below a shaped argument reaches inside a string: it could never hold.
+    for a in arguments {
+        for (s, source) in &shapes {
+            if a.pointer.starts_with(&format!("{}/", s.pointer)) {
+                let source = match source {
+                    ShapeSource::BuiltIn => {
+                        "built in: GitHub's MCP server takes owner and repo as strings"
+                    }
+                    ShapeSource::Defaults => "from [policy_defaults] values",
+                    ShapeSource::Rule => "from this rule's values",
+                };
+                errs.push(format!(
+                    "{at}: arguments: {:?} looks inside {:?}, which is a {} string ({source}), \
+                     so the condition could never hold: put the glob on {:?} itself, or set \
+                     values = {{ {:?} = \"any\" }} for a backend that takes an object there",
+                    a.pointer,
+                    s.pointer,
+                    s.shape.name(),
+                    s.pointer,
+                    s.pointer,
+                ));
+            }
+        }
+    }
+    shapes.into_iter().map(|(s, _)| s).collect()
 }

@@ -3,6 +3,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod github_shapes;
+
 #[derive(Deserialize)]
 struct Doc {
     #[serde(default)]
@@ -206,9 +208,36 @@ decision = "deny"
             ]
         );
     }
-    // Nothing beyond ASCII case is folded: a look-alike is another owner (as on GitHub).
+    // Nothing beyond ASCII case is folded: a look-alike is another string (as on GitHub),
+    // and no GitHub name at all, so the rule fails closed on it (issue 31).
     let d = decide(
         &p,
+        &who,
+        "delete_file",
+        json!({"owner": "аcme", "repo": "secrets"}),
+    );
+    assert_eq!(d.action, Action::Deny);
+    assert_eq!(
+        d.matched,
+        vec![
+            "tool:delete_file",
+            "argument:/repo",
+            "argument:/owner(outside github-name)"
+        ]
+    );
+    // Without the built-in shape it is simply another owner.
+    let any = policy(
+        r#"
+[[policy]]
+id = "acme-deletes"
+tools = ["Delete_*"]
+arguments = { owner = "acme", "/repo" = "sec*" }
+values = { owner = "any" }
+decision = "deny"
+"#,
+    );
+    let d = decide(
+        &any,
         &who,
         "delete_file",
         json!({"owner": "аcme", "repo": "secrets"}),
@@ -830,4 +859,491 @@ decision = "deny"
     assert_eq!(call("create_issue", &known).action, Action::Deny);
     assert_eq!(call("create_issue", &known).rule_id, None);
     assert_eq!(call("delete_repo", &known).rule_id, None);
+}
+
+// --- Shapes (`values`, issue 31): a value outside its shape fails the rule closed. ---
+
+/// One rule of each decision naming `owner`, in front of an allow rule naming it too.
+const SHAPED: &str = r#"
+[[policy]]
+id = "deny-acme-deletes"
+tools = ["delete_repo"]
+arguments = { owner = "acme" }
+decision = "deny"
+[[policy]]
+id = "ask-acme-issues"
+tools = ["create_issue"]
+arguments = { owner = "acme" }
+decision = "ask"
+[[policy]]
+id = "step-up-acme-branches"
+tools = ["create_branch"]
+arguments = { owner = "acme" }
+decision = "step_up"
+scopes = ["repo"]
+[[policy]]
+id = "allow-sandbox"
+tools = ["*"]
+arguments = { owner = "sandbox*" }
+decision = "allow"
+[policy_defaults]
+decision = "deny"
+"#;
+
+#[test]
+fn a_value_outside_its_shape_matches_every_restricting_rule_and_no_allow_rule() {
+    let p = policy(SHAPED);
+    let who = Who::new();
+    // The finding: the glob sees "acme/infra-prod/issues?", GitHub's server builds
+    // /repos/acme/infra-prod/issues from it. `%65` is an "e" once GitHub decodes the path.
+    for owner in [
+        "acme/infra-prod/issues?",
+        "acm%65",
+        "acme#",
+        "acme/../acme",
+        "ACME\n",
+    ] {
+        let args = json!({"owner": owner, "repo": "site"});
+        let d = decide(&p, &who, "delete_repo", args.clone());
+        assert_eq!(d.rule_id.as_deref(), Some("deny-acme-deletes"), "{owner:?}");
+        assert_eq!(d.action, Action::Deny);
+        assert_eq!(
+            d.matched,
+            vec!["tool:delete_repo", "argument:/owner(outside github-name)"]
+        );
+        let d = decide(&p, &who, "create_issue", args.clone());
+        assert_eq!(d.rule_id.as_deref(), Some("ask-acme-issues"), "{owner:?}");
+        let d = decide(&p, &who, "create_branch", args.clone());
+        assert_eq!(
+            d.action,
+            Action::StepUp {
+                scopes: vec!["repo".into()]
+            },
+            "{owner:?}"
+        );
+        // The allow rule's glob `sandbox*` would hold for "sandbox/../acme", but never
+        // for a value outside the shape: the default decides.
+        let d = decide(&p, &who, "get_me", args);
+        assert_eq!((d.rule_id, d.action), (None, Action::Deny), "{owner:?}");
+    }
+    let d = decide(
+        &p,
+        &who,
+        "get_me",
+        json!({"owner": "sandbox/../acme", "repo": "x"}),
+    );
+    assert_eq!((d.rule_id, d.action), (None, Action::Deny));
+    // Well-formed values are decided by the globs as before.
+    let d = decide(
+        &p,
+        &who,
+        "delete_repo",
+        json!({"owner": "other", "repo": "x"}),
+    );
+    assert_eq!(d.rule_id, None);
+    let d = decide(
+        &p,
+        &who,
+        "get_me",
+        json!({"owner": "Sandbox-1", "repo": "x"}),
+    );
+    assert_eq!(d.rule_id.as_deref(), Some("allow-sandbox"));
+    assert_eq!(d.matched, vec!["tool:get_me", "argument:/owner"]);
+}
+
+#[test]
+fn an_injected_repo_fails_a_rule_on_owner_closed_too() {
+    // `repo = "../acme/infra"` with owner "evil" is /repos/acme/infra once the URL is
+    // resolved: one injected argument changes what the others mean, so every shaped argument
+    // is checked, not only the ones the rule has globs on.
+    let p = policy(SHAPED);
+    let who = Who::new();
+    let d = decide(
+        &p,
+        &who,
+        "delete_repo",
+        json!({"owner": "evil", "repo": "../acme/infra"}),
+    );
+    assert_eq!(d.rule_id.as_deref(), Some("deny-acme-deletes"));
+    assert_eq!(
+        d.matched,
+        vec!["tool:delete_repo", "argument:/repo(outside github-name)"]
+    );
+    // A condition that holds on its own is listed as well.
+    let d = decide(
+        &p,
+        &who,
+        "delete_repo",
+        json!({"owner": "acme", "repo": "x?y"}),
+    );
+    assert_eq!(
+        d.matched,
+        vec![
+            "tool:delete_repo",
+            "argument:/owner",
+            "argument:/repo(outside github-name)"
+        ]
+    );
+}
+
+#[test]
+fn an_absent_shaped_argument_changes_nothing() {
+    let p = policy(SHAPED);
+    let who = Who::new();
+    // No owner: the condition does not hold, as before; no repo: nothing to check.
+    assert_eq!(rule_of(&p, &who, "delete_repo", json!({"repo": "x"})), None);
+    assert_eq!(
+        rule_of(&p, &who, "delete_repo", json!({"owner": "acme"})).as_deref(),
+        Some("deny-acme-deletes")
+    );
+    assert_eq!(
+        rule_of(&p, &who, "get_me", json!({"owner": "sandbox"})).as_deref(),
+        Some("allow-sandbox")
+    );
+    for none in [None, Some(Value::Null), Some(json!({}))] {
+        let d = p.decide(
+            &who.caller(),
+            &ToolCall {
+                name: "delete_repo",
+                arguments: none.as_ref(),
+            },
+        );
+        assert_eq!(d.rule_id, None, "{none:?}");
+    }
+}
+
+#[test]
+fn numbers_booleans_null_arrays_and_objects_are_outside_a_string_shape() {
+    let p = policy(SHAPED);
+    let who = Who::new();
+    // Go's %v prints an array as "[acme/x?]" and JavaScript's `${}` as "acme/x?": a
+    // container can carry a path. Numbers and booleans cannot, but they are no name either.
+    for owner in [
+        json!(["acme/infra-prod/issues?"]),
+        json!(["acme"]),
+        json!({"login": "acme"}),
+        json!(42),
+        json!(4.2e1),
+        json!(true),
+        Value::Null,
+        json!(""),
+    ] {
+        let d = decide(
+            &p,
+            &who,
+            "delete_repo",
+            json!({"owner": owner, "repo": "x"}),
+        );
+        assert_eq!(d.rule_id.as_deref(), Some("deny-acme-deletes"), "{owner}");
+        let d = decide(&p, &who, "get_me", json!({"owner": owner}));
+        assert_eq!(d.rule_id, None, "{owner}: the allow rule never holds");
+    }
+    // The same values under an argument without a shape: the rule just does not apply, as
+    // before issue 31.
+    let p = policy(
+        "[[policy]]\nid=\"r\"\ntools=[\"*\"]\narguments={\"/issue_number\"=\"42\"}\ndecision=\"deny\"",
+    );
+    assert_eq!(rule_of(&p, &who, "t", json!({"issue_number": [42]})), None);
+    assert_eq!(
+        rule_of(&p, &who, "t", json!({"issue_number": 42.0})).as_deref(),
+        Some("r")
+    );
+    // Arguments that are not an object (MCP says they are one) name no argument at all.
+    assert_eq!(
+        rule_of(&policy(SHAPED), &who, "delete_repo", json!(["acme/x?"])),
+        None
+    );
+}
+
+#[test]
+fn nested_pointers_shape_their_own_value_and_a_scalar_on_the_way_is_outside() {
+    let p = policy(
+        r#"
+[[policy]]
+id = "first-file-not-workflows"
+tools = ["push_files"]
+arguments = { "/files/0/path" = ".github/*" }
+values = { "/files/0/path" = "repo-path", repo = "any" }
+decision = "deny"
+"#,
+    );
+    let who = Who::new();
+    let files = |v: Value| json!({"owner": "acme", "repo": "r", "files": v});
+    let deny = |args: Value| decide(&p, &who, "push_files", args).action == Action::Deny;
+    assert!(deny(files(json!([{"path": ".github/workflows/ci.yml"}]))));
+    // Ways to name the same file that a glob on ".github/*" would not see.
+    for path in [
+        "/.github/workflows/ci.yml",
+        "./.github/workflows/ci.yml",
+        "docs/../.github/workflows/ci.yml",
+        ".github//workflows/ci.yml",
+        "%2egithub/workflows/ci.yml",
+        ".github\\workflows\\ci.yml",
+    ] {
+        assert!(deny(files(json!([{"path": path}]))), "{path}");
+    }
+    assert!(!deny(files(json!([{"path": "docs/README.md"}]))));
+    // A scalar or null where the pointer goes deeper: not what the shape says, outside.
+    for odd in [
+        json!("x"),
+        Value::Null,
+        json!({"0": {"path": "docs/a"}}),
+        json!([["a"]]),
+    ] {
+        let outside = match &odd {
+            // An object has a member "0": the pointer reaches a value (RFC 6901).
+            Value::Object(_) => false,
+            _ => true,
+        };
+        assert_eq!(deny(files(odd.clone())), outside, "{odd}");
+    }
+    // Missing on the way: absent, nothing to check.
+    assert!(!deny(files(json!([]))));
+    assert!(!deny(json!({"owner": "acme"})));
+    // The rule set `repo = "any"`, so an odd repo is not its business; owner keeps its shape.
+    assert!(!deny(
+        json!({"owner": "acme", "repo": "a/b", "files": [{"path": "x"}]})
+    ));
+    assert!(deny(json!({"owner": "a/b", "files": [{"path": "x"}]})));
+}
+
+#[test]
+fn github_names_and_repo_paths_have_exact_edges() {
+    let name = |v: &str| {
+        let p = policy(SHAPED);
+        decide(
+            &p,
+            &Who::new(),
+            "delete_repo",
+            json!({"owner": "x", "repo": v}),
+        )
+        .rule_id
+        .is_none()
+    };
+    for ok in [
+        "a",
+        "A-b_c.d",
+        "...",
+        ".github",
+        &"r".repeat(100),
+        "alice_acme",
+    ] {
+        assert!(name(ok), "{ok:?} is a GitHub name");
+    }
+    for bad in [
+        "",
+        ".",
+        "..",
+        &"r".repeat(101),
+        "a b",
+        "a/b",
+        "a%2fb",
+        "ｒepo",
+        "repo\u{200b}",
+        "a\0",
+    ] {
+        assert!(!name(bad), "{bad:?} is not");
+    }
+    let p = policy(
+        "[[policy]]\nid=\"r\"\ntools=[\"*\"]\narguments={path=\"nothing\"}\nvalues={path=\"repo-path\"}\ndecision=\"deny\"",
+    );
+    let path = |v: &str| rule_of(&p, &Who::new(), "t", json!({"path": v})).is_none();
+    for ok in [
+        "README.md",
+        ".github/workflows/ci.yml",
+        "dir/é file.txt",
+        "a...b/..c/c..",
+        "~/x",
+    ] {
+        assert!(path(ok), "{ok:?} is a repository path");
+    }
+    for bad in [
+        "", "/", "/a", "a/", "a//b", "./a", "a/.", "a/../b", "..", "a%20b", "a?b", "a#b", "a\\b",
+        "a\tb", "a\u{7f}",
+    ] {
+        assert!(!path(bad), "{bad:?} is not");
+    }
+}
+
+#[test]
+fn any_removes_a_shape_and_policy_defaults_set_them_for_every_rule() {
+    let who = Who::new();
+    let text = |defaults: &str, rule_values: &str| {
+        format!(
+            "[[policy]]\nid=\"r\"\ntools=[\"*\"]\narguments={{owner=\"acme\"}}\n{rule_values}\ndecision=\"deny\"\n[policy_defaults]\n{defaults}"
+        )
+    };
+    let denied = |p: &Policy, args: Value| rule_of(p, &who, "t", args).is_some();
+    let odd_repo = json!({"owner": "x", "repo": "a/b"});
+    let odd_path = json!({"owner": "x", "path": "/a"});
+    // Built in: owner and repo.
+    let p = policy(&text("", ""));
+    assert!(denied(&p, odd_repo.clone()));
+    assert!(!denied(&p, odd_path.clone()));
+    // [policy_defaults] values adds and removes for every rule.
+    let p = policy(&text(
+        "values = { path = \"repo-path\", repo = \"any\" }",
+        "",
+    ));
+    assert!(!denied(&p, odd_repo.clone()));
+    assert!(denied(&p, odd_path.clone()));
+    // The rule's own values win over both.
+    let p = policy(&text(
+        "values = { path = \"repo-path\", repo = \"any\" }",
+        "values = { repo = \"github-name\", path = \"any\" }",
+    ));
+    assert!(denied(&p, odd_repo.clone()));
+    assert!(!denied(&p, odd_path));
+    // A rule without arguments conditions reads no argument: shapes do not concern it.
+    let p = policy(
+        "[[policy]]\nid=\"reads\"\ntools=[\"get_*\"]\ndecision=\"allow\"\n[policy_defaults]\ndecision=\"deny\"",
+    );
+    assert_eq!(
+        rule_of(&p, &who, "get_me", json!({"owner": "acme/x?"})).as_deref(),
+        Some("reads")
+    );
+}
+
+#[test]
+fn shapes_leave_hidden_and_the_digest_alone() {
+    let p = policy(SHAPED);
+    let who = Who::new();
+    // Rules with arguments conditions never hide a tool; the default deny does.
+    assert!(!p.hidden(&who.caller(), "delete_repo"));
+    assert!(!p.hidden(&who.caller(), "get_me"));
+    // The approval digest is over the arguments as sent, shaped or not.
+    assert_ne!(
+        arguments_digest(Some(&json!({"owner": "acme"}))),
+        arguments_digest(Some(&json!({"owner": "acme/x?"})))
+    );
+}
+
+#[test]
+fn values_problems_are_readable_lines() {
+    let rule =
+        |extra: &str| format!("[[policy]]\nid=\"a\"\ntools=[\"x\"]\ndecision=\"deny\"\n{extra}");
+    let cases = [
+        (
+            rule("arguments={owner=\"acme\"}\nvalues={owner=\"name\"}"),
+            "policy[0] (id \"a\"): values.owner: \"name\" is not a shape: one of \"github-name\", \"repo-path\" or \"any\"",
+        ),
+        (
+            rule("arguments={owner=\"acme\"}\nvalues={\"/a~2\"=\"any\"}"),
+            "policy[0] (id \"a\"): values: \"/a~2\" is not a JSON pointer",
+        ),
+        (
+            rule("arguments={owner=\"acme\"}\nvalues={\"\"=\"any\"}"),
+            "values: an empty key names no argument",
+        ),
+        (
+            rule("values={owner=\"github-name\"}"),
+            "policy[0] (id \"a\"): values belongs to a rule with arguments conditions",
+        ),
+        (
+            rule("arguments={owner=\"acme\"}\nvalues={}"),
+            "values is empty",
+        ),
+        (
+            rule("arguments={owner=\"acme\"}\nvalues={owner=\"any\", \"/owner\"=\"github-name\"}"),
+            "values: \"/owner\" and \"owner\" name the same argument (/owner)",
+        ),
+        (
+            rule("arguments={\"/repo/name\"=\"infra-*\"}"),
+            "policy[0] (id \"a\"): arguments: \"/repo/name\" looks inside \"/repo\", which is a github-name string (built in: GitHub's MCP server takes owner and repo as strings), so the condition could never hold: put the glob on \"/repo\" itself, or set values = { \"/repo\" = \"any\" }",
+        ),
+        (
+            rule("arguments={\"/path/x\"=\"y\"}\nvalues={path=\"repo-path\"}"),
+            "looks inside \"/path\", which is a repo-path string (from this rule's values)",
+        ),
+        (
+            format!(
+                "{}\n[policy_defaults]\nvalues={{path=\"repo-path\"}}",
+                rule("arguments={\"/path/x\"=\"y\"}")
+            ),
+            "(from [policy_defaults] values)",
+        ),
+        (
+            "[policy_defaults]\nvalues={owner=\"login\"}".to_owned(),
+            "policy_defaults.values.owner: \"login\" is not a shape",
+        ),
+        (
+            "[policy_defaults]\nvalues={\"/~\"=\"any\"}".to_owned(),
+            "policy_defaults.values: \"/~\" is not a JSON pointer",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = one_error(&text);
+        assert!(e.contains(want), "{text}\n→ {e}\nwant {want}");
+    }
+    // Once repo's shape is off, a pointer into it is what the rule says.
+    let p = policy(&rule(
+        "arguments={\"/repo/name\"=\"infra-*\"}\nvalues={repo=\"any\"}",
+    ));
+    assert_eq!(
+        rule_of(
+            &p,
+            &Who::new(),
+            "x",
+            json!({"repo": {"name": "infra-prod"}})
+        )
+        .as_deref(),
+        Some("a")
+    );
+    assert!(parse(&rule("arguments={owner=\"acme\"}\nvalues={owner=1}")).is_err());
+}
+
+#[test]
+fn a_glob_no_well_formed_value_can_match_is_warned_about() {
+    let p = policy(
+        r#"
+[[policy]]
+id = "slash"
+tools = ["*"]
+arguments = { repo = "acme/infra*", owner = "{acme,a b}", title = "a/b" }
+decision = "deny"
+[[policy]]
+id = "paths"
+tools = ["*"]
+arguments = { path = "docs/*%20*" }
+values = { path = "repo-path" }
+decision = "deny"
+"#,
+    );
+    let w = p.warnings();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert_eq!(
+        w[0],
+        "policy[0] (id \"slash\"): arguments /repo: glob \"acme/infra*\" has a character no \
+         github-name value can have (A-Z a-z 0-9 _ . -), so it holds for no well-formed value"
+    );
+    assert!(w[1].starts_with("policy[1] (id \"paths\"): arguments /path: glob \"docs/*%20*\""));
+}
+
+/// What the gateway treats as keys it reads in `arguments` (`gateway::envelope`): every
+/// condition's pointer and every shape a rule checks, the built-in `owner` and `repo` included.
+#[test]
+fn argument_pointers_name_every_condition_and_every_checked_shape() {
+    let p = policy(
+        r#"
+[[policy]]
+id = "r"
+tools = ["create_branch"]
+arguments = { "/base/ref" = "main" }
+values = { "/head/path" = "repo-path" }
+decision = "deny"
+
+[[policy]]
+id = "plain"
+tools = ["get_me"]
+decision = "deny"
+"#,
+    );
+    let mut pointers: Vec<&str> = p.argument_pointers().collect();
+    pointers.sort_unstable();
+    pointers.dedup();
+    assert_eq!(
+        pointers,
+        ["/base/ref", "/head/path", "/owner", "/repo"],
+        "conditions, declared shapes and the built-in ones"
+    );
 }
