@@ -83,7 +83,10 @@ pub async fn token(
 ) -> Result<Response, ApiError> {
     let form = form_body(&headers, &body)?;
     let ip = ip.map(|Extension(c)| c.ip());
-    let out = match tok::token(&app, authorization(&headers), ip, &form).await? {
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let out = match tok::token(&app, authorization(&headers), ip, user_agent, &form).await? {
         tok::TokenOutcome::Tokens(t) => Json(t).into_response(),
         tok::TokenOutcome::Exchanged(v) => Json(v).into_response(),
     };
