@@ -111,6 +111,7 @@ mod ops {
 
 mod flows {
     mod account;
+    mod branches;
     mod consent_form;
     mod dcr;
     mod github_app;

@@ -73,6 +73,7 @@ async fn populate(app: &App, n: u64) -> Duration {
                         resource: resource.clone(),
                         issued_at: t,
                         expires_at: t.plus(access_ttl),
+                        branch: Some(0),
                     };
                     let family = FamilyRecord::new(
                         fam.clone(),

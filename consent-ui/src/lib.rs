@@ -248,6 +248,30 @@ pub struct ConsentRow {
     pub last_used: String,
     /// Whether this agent may currently use the connected GitHub account.
     pub github_allowed: bool,
+    /// The client's sessions: every branch of the person's refresh families for it, most
+    /// recently used first (each with an end button); empty when it holds none.
+    pub sessions: Vec<SessionRow>,
+}
+
+/// One session of a client on the account page: a branch of a refresh family, i.e. one line
+/// of refresh tokens (one process of the client, or a copy of its credential held elsewhere).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRow {
+    /// A short name for it, e.g. "4fQx2a·1" (family and branch).
+    pub label: String,
+    /// Sent back by its end form as `family`.
+    pub family_id: String,
+    /// Sent back by its end form as `branch`.
+    pub branch: String,
+    /// Pre-formatted, e.g. "last used 5 minutes ago".
+    pub last_used: String,
+    /// Pre-formatted, e.g. "203.0.113.9 (network 203.0.113.0/24)" or "address not recorded".
+    pub address: String,
+    /// The `User-Agent` it sent (the caller's own claim), or "not sent"; autoescaped.
+    pub client_software: String,
+    /// Unused for longer than the proxy counts a branch live (it still works if its process
+    /// comes back).
+    pub idle: bool,
 }
 
 /// The account page: which clients this person approved, with a revoke button per client.
@@ -277,6 +301,9 @@ pub struct AccountPage {
     pub disconnect_action: String,
     /// Each allowed row posts hidden `client_id` and `csrf` here, e.g. `/account/withdraw`.
     pub withdraw_action: String,
+    /// Each session posts hidden `family`, `branch` and `csrf` here, e.g.
+    /// `/account/end-session`.
+    pub end_session_action: String,
     /// Tool calls waiting for the person's approval (`[[policy]] decision = "ask"`).
     pub pending_approvals: Vec<ApprovalRow>,
     /// The person's recent answers to approval links, newest first.
@@ -483,6 +510,19 @@ mod tests {
             approved: "approved 2 days ago".to_owned(),
             last_used: "never used".to_owned(),
             github_allowed: true,
+            sessions: Vec::new(),
+        }
+    }
+
+    fn session(label: &str, ip: &str, ua: &str) -> SessionRow {
+        SessionRow {
+            label: label.to_owned(),
+            family_id: "fam123".to_owned(),
+            branch: label.rsplit('·').next().unwrap_or("0").to_owned(),
+            last_used: "last used 5 minutes ago".to_owned(),
+            address: format!("{ip} (network {ip}/24)"),
+            client_software: ua.to_owned(),
+            idle: false,
         }
     }
 
@@ -498,6 +538,7 @@ mod tests {
             github_scopes: "read:user, repo".to_owned(),
             disconnect_action: "/account/disconnect".to_owned(),
             withdraw_action: "/account/withdraw".to_owned(),
+            end_session_action: "/account/end-session".to_owned(),
             pending_approvals: vec![ApprovalRow {
                 agent_name: "<b>Agent</b>".to_owned(),
                 tool: "create_issue".to_owned(),
@@ -519,7 +560,13 @@ mod tests {
             title: "New client".to_owned(),
             detail: "Registered minutes ago.".to_owned(),
         }];
-        let mut account = account_page(vec![row("A", "c_a"), row("B", "c_b")]);
+        let mut with_sessions = row("A", "c_a");
+        with_sessions.sessions = vec![
+            session("fam123·0", "203.0.113.9", "python-requests/2.32"),
+            session("fam123·1", "198.51.100.7", "claude-cli/2.0"),
+        ];
+        with_sessions.sessions[1].idle = true;
+        let mut account = account_page(vec![with_sessions, row("B", "c_b")]);
         account.notice = Some("Access for A was revoked.".to_owned());
         let mut confirm = confirm_page();
         confirm.too_soon = true;
@@ -664,6 +711,12 @@ mod tests {
     fn account_page_escapes_attacker_chosen_fields() {
         let mut evil = row("<script>alert(1)</script>", r#"c"><img src=x>"#);
         evil.redirect_uri = r#"https://evil.example/cb"><img src=x>"#.to_owned();
+        // A session's user agent is whatever the caller sent.
+        evil.sessions = vec![session(
+            "f·0",
+            "192.0.2.1",
+            "<script>ua</script><img src=x>",
+        )];
         let mut page = account_page(vec![evil]);
         page.notice = Some("<script>n</script>".to_owned());
         let html = page.render().unwrap();
@@ -978,6 +1031,48 @@ mod tests {
         let c_one_last = html.rfind(r#"value="c_one""#).unwrap();
         let c_two_first = html.find(r#"value="c_two""#).unwrap();
         assert!(first_revoke < c_one_last && c_one_last < c_two_first);
+    }
+
+    /// Each session shows where it was last used from and what software it said it was, with
+    /// its own end form (family, branch, CSRF); a client without sessions shows none.
+    #[test]
+    fn account_page_lists_each_clients_sessions_with_an_end_form_each() {
+        let mut r = row("Claude Code", "c_one");
+        r.sessions = vec![
+            session("fam123·0", "203.0.113.9", "python-requests/2.32"),
+            session("fam123·1", "198.51.100.7", "claude-cli/2.0"),
+        ];
+        r.sessions[1].idle = true;
+        let html = account_page(vec![r, row("Docs Bot", "c_two")])
+            .render()
+            .unwrap();
+        for s in [
+            "203.0.113.9 (network 203.0.113.9/24)",
+            "198.51.100.7 (network 198.51.100.7/24)",
+            "python-requests/2.32",
+            "claude-cli/2.0",
+            "last used 5 minutes ago",
+            "fam123·0",
+            "idle",
+        ] {
+            assert!(html.contains(s), "{s} missing");
+        }
+        assert_eq!(
+            html.matches(r#"<form method="post" action="/account/end-session""#)
+                .count(),
+            2
+        );
+        assert!(html.contains(r#"<input type="hidden" name="family" value="fam123">"#));
+        assert!(html.contains(r#"<input type="hidden" name="branch" value="0">"#));
+        assert!(html.contains(r#"<input type="hidden" name="branch" value="1">"#));
+        assert_eq!(html.matches(">End this session</button>").count(), 2);
+        // Sign-out, disconnect, two per client, two sessions: each form carries the CSRF token.
+        assert_eq!(html.matches("<form").count(), 8);
+        assert_eq!(
+            html.matches(r#"<input type="hidden" name="csrf" value="csrf-acct-789">"#)
+                .count(),
+            8
+        );
     }
 
     #[test]

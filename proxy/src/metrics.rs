@@ -525,6 +525,7 @@ impl Metrics {
             | Kind::AllowanceWithdrawn
             | Kind::TokenExchanged
             | Kind::ClientAccessRevoked
+            | Kind::RefreshBranchEnded
             | Kind::SignInRefused
             | Kind::AccessLost
             | Kind::AnonymousRefusals => {}
@@ -765,6 +766,7 @@ mod tests {
             Kind::AllowanceWithdrawn,
             Kind::TokenExchanged,
             Kind::ClientAccessRevoked,
+            Kind::RefreshBranchEnded,
             Kind::SignInRefused,
             Kind::AccessLost,
             Kind::AnonymousRefusals,

@@ -3,17 +3,21 @@
 //! gather the facts (store reads) and the sink feeds events through [`Detector::observe`].
 //!
 //! The wrong-audience window is kept in memory, per process: with several replicas each
-//! counts its own share of the traffic.
+//! counts its own share of the traffic. The two-networks rule for refresh branches reads the
+//! family record instead (shared by every replica), and the refresh flow keeps its quiet
+//! period there.
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::sync::Mutex;
 
+use ipnet::IpNet;
 use serde::Serialize;
 
 use super::AlertPolicy;
 use super::AuditEvent;
 use crate::clock::UnixTime;
-use crate::ids::{ClientId, UserId};
+use crate::ids::{ClientId, FamilyId, UserId};
 
 /// Which rule fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -34,6 +38,10 @@ pub enum AlertKind {
     /// One client's tool calls were denied by `[[policy]]` many times in a short time (an
     /// agent probing what it may do, or one gone astray).
     PolicyDenialBurst,
+    /// Two branches of one refresh family were used from two networks within the window, each
+    /// while the other stayed on its own: two parties hold the family (a stolen refresh token
+    /// the policy honoured as a branch, or a credential copied to another machine).
+    RefreshBranchesOnTwoNetworks,
 }
 
 impl AlertKind {
@@ -46,6 +54,7 @@ impl AlertKind {
             AlertKind::RefreshTokenReuse => "refresh_token_reuse",
             AlertKind::ConnectLinkWrongPerson => "connect_link_wrong_person",
             AlertKind::PolicyDenialBurst => "policy_denial_burst",
+            AlertKind::RefreshBranchesOnTwoNetworks => "refresh_branches_on_two_networks",
         }
     }
 }
@@ -124,6 +133,91 @@ pub fn code_presented_without_consent(user_id: &UserId, client_id: &ClientId) ->
         "a code was presented at /token for a person and client with no consent on record"
             .to_owned(),
     )
+}
+
+/// One branch's last use, for [`branch_network_alert`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BranchUse {
+    /// The branch.
+    pub branch: u32,
+    /// When it was last used.
+    pub at: UnixTime,
+    /// The client IP of that use.
+    pub ip: IpAddr,
+    /// Its network (`oauth::grant::network_of`: IPv4 /24, IPv6 /48).
+    pub network: IpNet,
+    /// Since when the branch has been used from that network without a use from another.
+    pub network_since: UnixTime,
+    /// The bounded `User-Agent` of that use.
+    pub user_agent: Option<String>,
+}
+
+/// What the refresh flow knows once a branch was used (rotated or forked).
+#[derive(Debug, Clone)]
+pub struct BranchNetworkFacts {
+    /// Person.
+    pub user_id: UserId,
+    /// Client.
+    pub client_id: ClientId,
+    /// Family.
+    pub family_id: FamilyId,
+    /// The branch just used, and from where.
+    pub used: BranchUse,
+    /// The family's other live branches whose last use came from a known address.
+    pub others: Vec<BranchUse>,
+    /// When this rule last fired for the family.
+    pub last_alert: Option<UnixTime>,
+}
+
+/// Two parties holding one refresh family: a branch is used from network A while another
+/// branch of the family was used from network B, within `branch_network_window_secs`, *after*
+/// the first had settled on A (its uses since then all came from A). Each party keeps using
+/// its own branch from its own place, so their uses interleave. A laptop carrying several
+/// processes to another network does not: each branch's first use from the new network
+/// starts its count again, and the branches left behind are never used from the old network
+/// after that. Quiet for a window after it fired for the family. SECURITY.md, "Refresh
+/// rotation", says what it catches and what it cannot.
+pub fn branch_network_alert(
+    policy: &AlertPolicy,
+    f: &BranchNetworkFacts,
+    now: UnixTime,
+) -> Option<AuditEvent> {
+    let window = policy.branch_network_window_secs;
+    if window == 0 || f.last_alert.is_some_and(|t| now.since(t) < window) {
+        return None;
+    }
+    let other = f
+        .others
+        .iter()
+        .filter(|o| {
+            o.branch != f.used.branch
+                && o.network != f.used.network
+                && now.since(o.at) <= window
+                && o.at > f.used.network_since
+        })
+        .max_by_key(|o| o.at)?;
+    let ua = |u: &BranchUse| u.user_agent.clone().unwrap_or_else(|| "none".to_owned());
+    Some(alert(
+        AlertKind::RefreshBranchesOnTwoNetworks,
+        Some(f.user_id.clone()),
+        Some(f.client_id.clone()),
+        format!(
+            "refresh family {}: branch {} was used from {} (network {}, user agent {:?}) while \
+             branch {} was used from {} (network {}, user agent {:?}) {} s earlier; two parties \
+             hold this family: the person can end the branch they do not recognise on the \
+             account page",
+            f.family_id.as_str(),
+            f.used.branch,
+            f.used.ip,
+            f.used.network,
+            ua(&f.used),
+            other.branch,
+            other.ip,
+            other.network,
+            ua(other),
+            now.since(other.at),
+        ),
+    ))
 }
 
 /// Counts events in a sliding window; reports once when the count reaches the threshold,
@@ -384,6 +478,144 @@ mod tests {
         for t in 0..10 {
             assert!(d.observe(&allowed, UnixTime(200 + t)).is_none());
         }
+    }
+
+    fn branch_use(branch: u32, at: u64, ip: &str, since: u64) -> BranchUse {
+        let ip: IpAddr = ip.parse().unwrap();
+        BranchUse {
+            branch,
+            at: UnixTime(at),
+            ip,
+            network: crate::oauth::grant::network_of(ip),
+            network_since: UnixTime(since),
+            user_agent: Some(format!("agent-{branch}")),
+        }
+    }
+
+    fn branch_facts(used: BranchUse, others: Vec<BranchUse>) -> BranchNetworkFacts {
+        BranchNetworkFacts {
+            user_id: UserId::new("github:1"),
+            client_id: ClientId::new("mcpc_a"),
+            family_id: FamilyId::new("fam"),
+            used,
+            others,
+            last_alert: None,
+        }
+    }
+
+    const VICTIM: &str = "198.51.100.7";
+    const THIEF: &str = "203.0.113.9";
+
+    /// The review's M3: the thief rotated the victim's current token first (branch 0, from the
+    /// thief's network since 100), the victim's stale copy forked branch 1 at 200. The victim's
+    /// next use does not fire (the thief has not used branch 0 since the victim's branch
+    /// began); the thief's next use does, and so does the victim's after any use of the
+    /// thief's, from whichever network.
+    #[test]
+    fn branches_used_alternately_from_two_networks_raise_one_alert() {
+        let p = AlertPolicy::default();
+        let thief0 = branch_use(0, 100, THIEF, 100);
+        let victim1 = branch_use(1, 300, VICTIM, 200);
+        let f = branch_facts(victim1.clone(), vec![thief0.clone()]);
+        assert!(branch_network_alert(&p, &f, UnixTime(300)).is_none());
+        // The thief comes back on the same network.
+        let f = branch_facts(branch_use(0, 400, THIEF, 100), vec![victim1.clone()]);
+        let fired = branch_network_alert(&p, &f, UnixTime(400)).unwrap();
+        assert_eq!(
+            kinds(std::slice::from_ref(&fired)),
+            [AlertKind::RefreshBranchesOnTwoNetworks]
+        );
+        let AuditEvent::AlertRaised {
+            detail, user_id, ..
+        } = fired
+        else {
+            unreachable!()
+        };
+        assert_eq!(user_id, Some(UserId::new("github:1")));
+        for s in [
+            "fam",
+            THIEF,
+            "203.0.113.0/24",
+            VICTIM,
+            "198.51.100.0/24",
+            "agent-1",
+        ] {
+            assert!(detail.contains(s), "{s} in {detail}");
+        }
+        // A thief on a new network each time: the victim's next use sees it.
+        let hopping = branch_use(0, 450, "192.0.2.1", 450);
+        let f = branch_facts(branch_use(1, 500, VICTIM, 200), vec![hopping]);
+        assert!(branch_network_alert(&p, &f, UnixTime(500)).is_some());
+        // Quiet for the window after it fired for the family; then again.
+        let p = AlertPolicy {
+            branch_network_window_secs: 3_600,
+            ..p
+        };
+        let mut f = branch_facts(
+            branch_use(0, 10_000, THIEF, 100),
+            vec![branch_use(1, 9_000, VICTIM, 200)],
+        );
+        f.last_alert = Some(UnixTime(10_000 - 3_600 + 1));
+        assert!(branch_network_alert(&p, &f, UnixTime(10_000)).is_none());
+        f.last_alert = Some(UnixTime(10_000 - 3_600));
+        assert!(branch_network_alert(&p, &f, UnixTime(10_000)).is_some());
+    }
+
+    /// What the rule leaves alone: a laptop carrying its processes to another network (and
+    /// back), processes on one network, a branch last used longer ago than the window, and a
+    /// window of 0.
+    #[test]
+    fn a_laptop_moving_its_processes_and_one_network_raise_nothing() {
+        let p = AlertPolicy {
+            branch_network_window_secs: 3_600,
+            ..AlertPolicy::default()
+        };
+        let home = "198.51.100.7";
+        let office = "192.0.2.44";
+        // Both branches at home until 1000; at 1500 branch 0 is used from the office, at
+        // 1600 again, at 1700 branch 1 follows.
+        let b1_home = branch_use(1, 1_000, home, 0);
+        for (used, others) in [
+            (branch_use(0, 1_500, office, 1_500), vec![b1_home.clone()]),
+            (branch_use(0, 1_600, office, 1_500), vec![b1_home.clone()]),
+            (
+                branch_use(1, 1_700, office, 1_700),
+                vec![branch_use(0, 1_600, office, 1_500)],
+            ),
+            // Back home in the evening: branch 0 first, branch 1 later.
+            (
+                branch_use(0, 3_000, home, 3_000),
+                vec![branch_use(1, 1_700, office, 1_700)],
+            ),
+            (
+                branch_use(1, 3_100, home, 3_100),
+                vec![branch_use(0, 3_000, home, 3_000)],
+            ),
+            // Same /24, other address.
+            (
+                branch_use(1, 3_200, "198.51.100.200", 3_100),
+                vec![branch_use(0, 3_150, home, 3_000)],
+            ),
+        ] {
+            let f = branch_facts(used.clone(), others);
+            assert!(branch_network_alert(&p, &f, used.at).is_none(), "{used:?}");
+        }
+        // Interleaved, but the other branch's use is older than the window.
+        let f = branch_facts(
+            branch_use(1, 10_000, VICTIM, 100),
+            vec![branch_use(0, 10_000 - 3_601, THIEF, 100)],
+        );
+        assert!(branch_network_alert(&p, &f, UnixTime(10_000)).is_none());
+        let off = AlertPolicy {
+            branch_network_window_secs: 0,
+            ..AlertPolicy::default()
+        };
+        let f = branch_facts(
+            branch_use(0, 400, THIEF, 100),
+            vec![branch_use(1, 300, VICTIM, 200)],
+        );
+        assert!(branch_network_alert(&off, &f, UnixTime(400)).is_none());
+        assert!(branch_network_alert(&AlertPolicy::default(), &f, UnixTime(400)).is_some());
     }
 
     #[test]

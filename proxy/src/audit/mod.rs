@@ -170,7 +170,7 @@ pub enum AuditEvent {
         /// The code it was redeemed from (its `CodeIssued` id).
         code_id: String,
     },
-    /// A refresh token was rotated.
+    /// A refresh token was rotated (or replayed, or forked).
     TokenRefreshed {
         /// Person.
         user_id: UserId,
@@ -180,6 +180,14 @@ pub enum AuditEvent {
         family_id: FamilyId,
         /// Honoured inside the grace window.
         grace: bool,
+        /// The family's branch whose token went out (what the account page lists).
+        branch: u32,
+        /// The client IP it came from, if known.
+        ip: Option<std::net::IpAddr>,
+        /// That address's network (IPv4 /24, IPv6 /48: `oauth::grant::network_of`).
+        network: Option<String>,
+        /// The `User-Agent` it sent, bounded (`oauth::grant::bounded_user_agent`).
+        user_agent: Option<String>,
     },
     /// An old refresh token was presented: the family is revoked.
     RefreshReuse {
@@ -207,8 +215,28 @@ pub enum AuditEvent {
         branches: usize,
         /// How many of them are live (count against `refresh_max_branches`).
         live: usize,
+        /// The new branch.
+        branch: u32,
         /// The client IP it came from, if known.
         ip: Option<std::net::IpAddr>,
+        /// That address's network.
+        network: Option<String>,
+        /// The `User-Agent` it sent, bounded.
+        user_agent: Option<String>,
+    },
+    /// A person ended one branch of a refresh family on the account page (a session they did
+    /// not recognise): its refresh and access tokens stop; the family's other branches go on.
+    RefreshBranchEnded {
+        /// Person.
+        user_id: UserId,
+        /// Client.
+        client_id: ClientId,
+        /// Family.
+        family_id: FamilyId,
+        /// The branch ended.
+        branch: u32,
+        /// It was the last branch, or one too many was ended: the whole family was revoked.
+        family_revoked: bool,
     },
     /// A `[[policy]]` decision on a `tools/call` (or a tool hidden from a `tools/list`).
     /// Arguments are never stored: their digest and the names of the conditions that matched.
@@ -473,6 +501,8 @@ pub enum Kind {
     RefreshReuse,
     /// `refresh_branched`.
     RefreshBranched,
+    /// `refresh_branch_ended`.
+    RefreshBranchEnded,
     /// `policy_decision`.
     PolicyDecision,
     /// `approval_answered`.
@@ -521,7 +551,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 39] = [
+    pub const ALL: [Kind; 40] = [
         Kind::ClientRegistered,
         Kind::RegistrationRefused,
         Kind::ClientDeleted,
@@ -539,6 +569,7 @@ impl Kind {
         Kind::TokenRefreshed,
         Kind::RefreshReuse,
         Kind::RefreshBranched,
+        Kind::RefreshBranchEnded,
         Kind::PolicyDecision,
         Kind::ApprovalAnswered,
         Kind::TokenRevoked,
@@ -583,6 +614,7 @@ impl Kind {
             Kind::TokenRefreshed => "token_refreshed",
             Kind::RefreshReuse => "refresh_reuse",
             Kind::RefreshBranched => "refresh_branched",
+            Kind::RefreshBranchEnded => "refresh_branch_ended",
             Kind::PolicyDecision => "policy_decision",
             Kind::ApprovalAnswered => "approval_answered",
             Kind::TokenRevoked => "token_revoked",
@@ -647,6 +679,7 @@ impl AuditEvent {
             AuditEvent::TokenRefreshed { .. } => Kind::TokenRefreshed,
             AuditEvent::RefreshReuse { .. } => Kind::RefreshReuse,
             AuditEvent::RefreshBranched { .. } => Kind::RefreshBranched,
+            AuditEvent::RefreshBranchEnded { .. } => Kind::RefreshBranchEnded,
             AuditEvent::PolicyDecision { .. } => Kind::PolicyDecision,
             AuditEvent::ApprovalAnswered { .. } => Kind::ApprovalAnswered,
             AuditEvent::TokenRevoked { .. } => Kind::TokenRevoked,
@@ -1040,9 +1073,10 @@ pub(crate) mod tests {
             E::RefreshBranched { .. } => 36,
             E::PolicyDecision { .. } => 37,
             E::ApprovalAnswered { .. } => 38,
+            E::RefreshBranchEnded { .. } => 39,
         }
     }
-    const VARIANTS: usize = 39;
+    const VARIANTS: usize = 40;
 
     /// What the sink reported, one line each (the metrics registry sits above audit).
     #[derive(Clone, Default)]
@@ -1173,6 +1207,10 @@ pub(crate) mod tests {
                 client_id: c(),
                 family_id: f(),
                 grace: false,
+                branch: 0,
+                ip: None,
+                network: None,
+                user_agent: None,
             },
             AuditEvent::RefreshReuse {
                 user_id: u(),
@@ -1186,7 +1224,17 @@ pub(crate) mod tests {
                 family_id: f(),
                 branches: 2,
                 live: 1,
+                branch: 1,
                 ip: None,
+                network: None,
+                user_agent: None,
+            },
+            AuditEvent::RefreshBranchEnded {
+                user_id: u(),
+                client_id: c(),
+                family_id: f(),
+                branch: 1,
+                family_revoked: false,
             },
             AuditEvent::PolicyDecision {
                 user_id: u(),

@@ -99,6 +99,7 @@ pub struct RawAlerts {
     new_client_secs: u64,
     policy_denial_threshold: u32,
     policy_denial_window_secs: u64,
+    branch_network_window_secs: u64,
 }
 
 impl Default for RawAlerts {
@@ -110,6 +111,7 @@ impl Default for RawAlerts {
             new_client_secs: d.new_client_secs,
             policy_denial_threshold: d.policy_denial_threshold,
             policy_denial_window_secs: d.policy_denial_window_secs,
+            branch_network_window_secs: d.branch_network_window_secs,
         }
     }
 }
@@ -187,6 +189,9 @@ pub struct AlertPolicy {
     pub policy_denial_threshold: u32,
     /// The sliding window for that count (kept in memory, per process and client).
     pub policy_denial_window_secs: u64,
+    /// Two branches of one refresh family used from two networks within this long raise an
+    /// alert (`detect::branch_network_alert`, kept in the family record); 0 turns it off.
+    pub branch_network_window_secs: u64,
 }
 
 impl Default for AlertPolicy {
@@ -197,6 +202,7 @@ impl Default for AlertPolicy {
             new_client_secs: 600,
             policy_denial_threshold: 10,
             policy_denial_window_secs: 60,
+            branch_network_window_secs: 86_400,
         }
     }
 }
@@ -287,12 +293,19 @@ impl AlertPolicy {
         if !(1..=86_400).contains(&alerts.policy_denial_window_secs) {
             errs.push("alerts.policy_denial_window_secs: between 1 and 86400".to_owned());
         }
+        if alerts.branch_network_window_secs > 7 * 86_400 {
+            errs.push(
+                "alerts.branch_network_window_secs: at most 604800 (0 turns the alert off)"
+                    .to_owned(),
+            );
+        }
         AlertPolicy {
             wrong_audience_threshold: alerts.wrong_audience_threshold,
             wrong_audience_window_secs: alerts.wrong_audience_window_secs,
             new_client_secs: alerts.new_client_secs,
             policy_denial_threshold: alerts.policy_denial_threshold,
             policy_denial_window_secs: alerts.policy_denial_window_secs,
+            branch_network_window_secs: alerts.branch_network_window_secs,
         }
     }
 }

@@ -383,6 +383,7 @@ mod tests {
                 resource: "r".into(),
                 issued_at: UnixTime(0),
                 expires_at: UnixTime(10),
+                branch: None,
             },
             "r",
         )

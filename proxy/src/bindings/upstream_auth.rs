@@ -156,6 +156,7 @@ mod tests {
             resource: "r".into(),
             issued_at: UnixTime(0),
             expires_at: UnixTime(1),
+            branch: None,
         };
         audienced(rec, "r").unwrap()
     }

@@ -1,5 +1,6 @@
 //! Checking an access token presented to this server's resource: a local lookup (no GitHub
-//! call), then expiry, revocation (through its family) and audience.
+//! call), then expiry, revocation (through its family, and the family's branch it was minted
+//! on) and audience.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use crate::bindings::audience::{self, AudienceRejection, Audienced};
 use crate::ids::AccessToken;
 use crate::oauth::grant;
 use crate::store::call_records::{self, CallRecords};
-use crate::store::records::AccessTokenRecord;
+use crate::store::records::{AccessTokenRecord, FamilyRecord};
 use crate::store::{StoreError, access_tokens, families};
 
 /// How long an access token's record outlives its expiry, so that presenting it late is
@@ -55,6 +56,11 @@ async fn token_record(
     Ok(Ok(rec))
 }
 
+/// Whether the token's family is revoked, or the branch it was minted on was ended.
+fn revoked(family: &FamilyRecord, rec: &AccessTokenRecord) -> bool {
+    family.revoked || rec.branch.is_some_and(|b| family.branch_ended(b))
+}
+
 /// [`authenticate`] for an `/mcp` request: the family is read together with the other records
 /// the request needs (`store::call_records`: one statement after the token's on PostgreSQL),
 /// which come back with the token. Both reads may be answered by the replica's cache, which
@@ -74,7 +80,7 @@ pub async fn authenticate_call(
         &rec.client_id,
     )
     .await?;
-    if records.family.as_ref().is_none_or(|f| f.revoked) {
+    if records.family.as_ref().is_none_or(|f| revoked(f, &rec)) {
         return Ok(Err(TokenRejection::Revoked));
     }
     Ok(audience::audienced(rec, &app.resource())
@@ -92,7 +98,7 @@ pub async fn authenticate(
         Err(e) => return Ok(Err(e)),
     };
     let fam = families::get(app.store.as_ref(), &rec.family_id).await?;
-    if fam.is_none_or(|f| f.revoked) {
+    if fam.is_none_or(|f| revoked(&f, &rec)) {
         return Ok(Err(TokenRejection::Revoked));
     }
     Ok(audience::audienced(rec, &app.resource())

@@ -1,8 +1,10 @@
 //! The account page: a signed-in person sees which clients they approved and revokes any of
-//! them (consents forgotten, that client's tokens dead at once). Without a session, the page
-//! starts a sign-in through GitHub that returns here.
+//! them (consents forgotten, that client's tokens dead at once). Per client it lists every
+//! session (branch of a refresh family: last used, from where, which client software) and
+//! ends one at the person's word. Without a session, the page starts a sign-in through GitHub
+//! that returns here.
 
-use consent_ui::{AccountPage, ApprovalRow, ConsentRow};
+use consent_ui::{AccountPage, ApprovalRow, ConsentRow, SessionRow};
 
 use super::{FlowError, pages, revoke};
 use crate::app::App;
@@ -12,9 +14,11 @@ use crate::bindings::{browser_state, consent_registry};
 use crate::clock::ago;
 use crate::crypto;
 use crate::csrf;
-use crate::ids::ClientId;
+use crate::ids::{ClientId, FamilyId, UserId};
+use crate::oauth::grant;
 use crate::oauth::request::Params;
 use crate::session::{self, Session};
+use crate::store::families;
 use crate::store::records::{ApprovalAnswer, ClientRecord, FlowPurpose, ReturnTo};
 use crate::store::tool_approvals;
 
@@ -39,6 +43,7 @@ fn notice_text(key: Option<&str>) -> Option<String> {
         Some("disconnected_unconfirmed") => Some("GitHub is disconnected here, but GitHub did not confirm that it revoked this server's access. To be sure, revoke it yourself in your GitHub settings, under Applications.".to_owned()),
         Some("withdrawn") => Some("That agent may no longer use your GitHub account.".to_owned()),
         Some("revoked") => Some("Access was revoked. That application's tokens no longer work, it may no longer use your GitHub account, and it will have to ask for your consent again.".to_owned()),
+        Some("session_ended") => Some("That session was ended: its tokens no longer work. The application's other sessions go on. If it was one of your own, that program will ask you to sign in again.".to_owned()),
         _ => None,
     }
 }
@@ -83,7 +88,14 @@ pub async fn show(
     let now = app.clock.now();
     let allowed = super::github_access::allowances(app, &s.record().user_id).await?;
     let mut rows = Vec::new();
+    let mut listed = std::collections::HashSet::new();
     for c in consent_registry::list(app.store.as_ref(), &s.record().user_id).await? {
+        // A client with consents for several redirect URIs lists its sessions once.
+        let sessions = if listed.insert(c.client_id.clone()) {
+            session_rows(app, &s.record().user_id, &c.client_id, now).await?
+        } else {
+            Vec::new()
+        };
         let client: Option<ClientRecord> = app.clients.known(&c.client_id).await?;
         let destination = crate::bindings::redirect::destination(&c.redirect_uri);
         rows.push(ConsentRow {
@@ -102,6 +114,7 @@ pub async fn show(
                 |t| format!("last used {}", ago(now, t)),
             ),
             github_allowed: allowed.iter().any(|a| a.client_id == c.client_id),
+            sessions,
         });
     }
     // The scopes GitHub reported for the stored token (checked against the consent when it
@@ -119,9 +132,93 @@ pub async fn show(
         github_scopes: grant.map(|g| g.scopes.join(", ")).unwrap_or_default(),
         disconnect_action: "/account/disconnect".to_owned(),
         withdraw_action: "/account/withdraw".to_owned(),
+        end_session_action: "/account/end-session".to_owned(),
         pending_approvals,
         recent_approvals,
     })))
+}
+
+/// Every branch of the person's live refresh families for `client`, most recently used
+/// first: what the person needs to tell their own processes from someone else's (when and
+/// from where each was last used, and which software it said it was).
+async fn session_rows(
+    app: &App,
+    user: &UserId,
+    client: &ClientId,
+    now: crate::clock::UnixTime,
+) -> Result<Vec<SessionRow>, FlowError> {
+    let idle_secs = app.config.tokens.refresh_branch_idle_secs;
+    let mut found = Vec::new();
+    for id in families::of_user_client(app.store.as_ref(), user, client).await? {
+        let Some(fam) = families::get(app.store.as_ref(), &id).await? else {
+            continue;
+        };
+        if fam.revoked || &fam.user_id != user {
+            continue;
+        }
+        for b in &fam.branches {
+            found.push((b.rotated_at, session_row(&fam.family_id, b, now, idle_secs)));
+        }
+    }
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
+    Ok(found.into_iter().map(|(_, row)| row).collect())
+}
+
+fn session_row(
+    family: &FamilyId,
+    b: &grant::Branch,
+    now: crate::clock::UnixTime,
+    idle_secs: u64,
+) -> SessionRow {
+    let seen = b.seen.as_ref();
+    let short: String = family.as_str().chars().take(6).collect();
+    SessionRow {
+        label: format!("{short}·{}", b.id),
+        family_id: family.as_str().to_owned(),
+        branch: b.id.to_string(),
+        last_used: format!("last used {}", ago(now, b.rotated_at)),
+        address: seen.and_then(|s| s.ip).map_or_else(
+            || "address not recorded".to_owned(),
+            |ip| format!("{ip} (network {})", grant::network_of(ip)),
+        ),
+        client_software: seen
+            .and_then(|s| s.user_agent.clone())
+            .unwrap_or_else(|| "not sent".to_owned()),
+        idle: now.since(b.rotated_at) > idle_secs,
+    }
+}
+
+/// `POST /account/end-session`: ends one session (branch) of one of the person's refresh
+/// families (`flows::token::end_branch`): its refresh and access tokens stop at once, the
+/// client's other sessions go on. A session that is not the person's, is gone, or never was
+/// gets one 404 page and changes nothing.
+pub async fn end_session(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
+    let (s, p) = checked_session(app, &form).await?;
+    let family = p
+        .get("family")
+        .filter(|f| !f.is_empty() && f.len() <= 64 && !f.contains('|'))
+        .ok_or(FlowError::Page(pages::BAD_REQUEST))?;
+    let branch: u32 = p
+        .get("branch")
+        .and_then(|b| b.parse().ok())
+        .ok_or(FlowError::Page(pages::BAD_REQUEST))?;
+    let user = &s.record().user_id;
+    let family_id = FamilyId::new(family);
+    match super::token::end_branch(app, user, &family_id, branch).await? {
+        super::token::BranchEnded::NotFound => Err(FlowError::Page(pages::SESSION_NOT_FOUND)),
+        super::token::BranchEnded::Ended(client_id, family_revoked) => {
+            app.audit
+                .record(AuditEvent::RefreshBranchEnded {
+                    user_id: user.clone(),
+                    client_id,
+                    family_id,
+                    branch,
+                    family_revoked,
+                })
+                .await?;
+            Ok("/account?notice=session_ended")
+        }
+    }
 }
 
 /// The person's held tool calls (with their approval pages) and recent answers.

@@ -216,6 +216,13 @@ pub mod pages {
         title: "A different GitHub account came back",
         message: "You signed in to GitHub with a different account than the one you use here. Nothing was connected. Open the link again and choose your own account.",
     };
+    /// A session (refresh branch) to end that is not the person's, already ended, or unknown:
+    /// one page for all.
+    pub const SESSION_NOT_FOUND: PageProblem = PageProblem {
+        status: 404,
+        title: "Session not found",
+        message: "There is no such session among yours: it may have ended already. Nothing was changed. Reload your account page to see your sessions.",
+    };
     /// Not found.
     pub const NOT_FOUND: PageProblem = PageProblem {
         status: 404,

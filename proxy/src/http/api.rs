@@ -83,7 +83,20 @@ pub async fn token(
 ) -> Result<Response, ApiError> {
     let form = form_body(&headers, &body)?;
     let ip = ip.map(|Extension(c)| c.ip());
-    let out = match tok::token(&app, authorization(&headers), ip, &form).await? {
+    // Read whatever bytes were sent (the refresh keeps it bounded, in printable ASCII): a
+    // header that is not visible ASCII is still something to show, not "not sent".
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()));
+    let out = match tok::token(
+        &app,
+        authorization(&headers),
+        ip,
+        user_agent.as_deref(),
+        &form,
+    )
+    .await?
+    {
         tok::TokenOutcome::Tokens(t) => Json(t).into_response(),
         tok::TokenOutcome::Exchanged(v) => Json(v).into_response(),
     };

@@ -286,6 +286,21 @@ pub async fn account_revoke(
     Ok(Redirect::to(to).into_response())
 }
 
+/// `POST /account/end-session`.
+pub async fn account_end_session(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let to = account::end_session(
+        &app,
+        account_form(&headers, session.as_deref(), form(&body)?),
+    )
+    .await?;
+    Ok(Redirect::to(to).into_response())
+}
+
 /// `POST /account/sign-out`.
 pub async fn account_sign_out(
     State(app): State<App>,

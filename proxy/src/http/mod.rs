@@ -130,6 +130,10 @@ pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
             post(browser::account_withdraw).layer(limited!(Account)),
         )
         .route(
+            "/account/end-session",
+            post(browser::account_end_session).layer(limited!(Account)),
+        )
+        .route(
             "/connect/{code}",
             get(browser::connect_show)
                 .post(browser::connect_act)

@@ -9,7 +9,15 @@
 //! room: it starts a branch of its own; otherwise (and always in `strict` mode) it is reuse and
 //! revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2). SECURITY.md, "Refresh
 //! rotation", gives the reasoning.
+//!
+//! Each branch also keeps who last used it, as the edge saw the request (client IP, its
+//! network, a bounded `User-Agent`), so the account page can show a person every branch and
+//! end one ([`FamilyRecord::end_branch`]), and detection can see two branches used from two
+//! networks at once (`audit::detect::branch_network_alert`).
 
+use std::net::IpAddr;
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::UnixTime;
@@ -136,6 +144,84 @@ pub struct RefreshRules {
     pub max_branches: usize,
 }
 
+/// Longest `User-Agent` kept on a branch, in characters; longer ones are cut.
+pub const MAX_USER_AGENT: usize = 200;
+
+/// The network an address belongs to, for telling parties apart: IPv4 /24, IPv6 /48 (a site's
+/// prefix: a host's temporary addresses, its interfaces and a home or office LAN stay inside
+/// it). IPv4-mapped IPv6 addresses count as IPv4.
+pub fn network_of(ip: IpAddr) -> IpNet {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpNet::V4(Ipv4Net::new_assert(v4, 24).trunc()),
+        IpAddr::V6(v6) => IpNet::V6(Ipv6Net::new_assert(v6, 48).trunc()),
+    }
+}
+
+/// A `User-Agent` as a branch keeps it: printable ASCII only (anything else becomes `?`),
+/// trimmed, at most [`MAX_USER_AGENT`] characters; `None` when nothing is left.
+pub fn bounded_user_agent(raw: &str) -> Option<String> {
+    let kept: String = raw
+        .trim()
+        .chars()
+        .take(MAX_USER_AGENT)
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    let kept = kept.trim_end();
+    (!kept.is_empty()).then(|| kept.to_owned())
+}
+
+/// Who presented a token, as the edge saw the request: the client IP it decided
+/// (`http::client_ip`, forwarded headers believed only from trusted proxies) and the bounded
+/// `User-Agent`. Neither is a secret, and neither is proof of anything: the address says where
+/// the request came from, the user agent only what the caller chose to say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Presenter {
+    /// The client IP, if known.
+    pub ip: Option<IpAddr>,
+    /// The `User-Agent`, bounded ([`bounded_user_agent`]).
+    pub user_agent: Option<String>,
+}
+
+impl Presenter {
+    /// From the request's client IP and raw `User-Agent` header.
+    pub fn new(ip: Option<IpAddr>, user_agent: Option<&str>) -> Presenter {
+        Presenter {
+            ip: ip.map(|i| i.to_canonical()),
+            user_agent: user_agent.and_then(bounded_user_agent),
+        }
+    }
+
+    /// The network of its address.
+    pub fn network(&self) -> Option<IpNet> {
+        self.ip.map(network_of)
+    }
+}
+
+/// Who last used a branch (rotated it, or started it), for the account page and detection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchSeen {
+    /// The client IP, if it was known.
+    pub ip: Option<IpAddr>,
+    /// The bounded `User-Agent`, if one was sent.
+    pub user_agent: Option<String>,
+    /// Since when this branch has been used from `ip`'s network without a use from another
+    /// (its first use there; the time of this use when the address is unknown).
+    pub network_since: UnixTime,
+}
+
+impl BranchSeen {
+    /// The network of its address.
+    pub fn network(&self) -> Option<IpNet> {
+        self.ip.map(network_of)
+    }
+}
+
 /// One line of rotation within a family: what one process of the client holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Branch {
@@ -150,6 +236,13 @@ pub struct Branch {
     pub replay: Option<String>,
     /// When `head` was issued (the last time this branch was used).
     pub rotated_at: UnixTime,
+    /// Who last used it (absent on records from before addresses were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<BranchSeen>,
+    /// For a fork: the hash of the replaced token it was started from (ending the branch
+    /// forgets that token too, so it cannot fork again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 /// A token the family issued and then replaced: presenting it is a fork or reuse.
@@ -208,6 +301,12 @@ pub struct FamilyRecord {
     pub created_at: UnixTime,
     /// Revoked families stay as tombstones until they expire, so reuse is still recognised.
     pub revoked: bool,
+    /// Branches the person ended on the account page ([`FamilyRecord::end_branch`]): their
+    /// access tokens are refused (`flows::access`); their refresh tokens are forgotten.
+    pub ended_branches: Vec<u32>,
+    /// When the two-networks alert last fired for this family (it stays quiet for its
+    /// window after).
+    pub network_alert_at: Option<UnixTime>,
 }
 
 /// A family record as it may be stored: today's fields, and the ones records had before
@@ -229,6 +328,10 @@ struct StoredFamily {
     next_branch: u32,
     created_at: UnixTime,
     revoked: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ended_branches: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    network_alert_at: Option<UnixTime>,
     // Before branches (written as a mirror: every head current, the last rotated branch's
     // previous and replay; `retired` is not mirrored, so the previous release treats a
     // superseded token as unknown: refused, not revoked):
@@ -264,6 +367,8 @@ impl From<FamilyRecord> for StoredFamily {
             next_branch: f.next_branch,
             created_at: f.created_at,
             revoked: f.revoked,
+            ended_branches: f.ended_branches,
+            network_alert_at: f.network_alert_at,
         }
     }
 }
@@ -282,6 +387,8 @@ impl From<StoredFamily> for FamilyRecord {
             next_branch: s.next_branch,
             created_at: s.created_at,
             revoked: s.revoked,
+            ended_branches: s.ended_branches,
+            network_alert_at: s.network_alert_at,
         };
         if rec.branches.is_empty() && !s.current.is_empty() {
             let rotated_at = s.rotated_at.unwrap_or(s.created_at);
@@ -295,6 +402,8 @@ impl From<StoredFamily> for FamilyRecord {
                     previous: previous.take(),
                     replay: replay.take(),
                     rotated_at,
+                    seen: None,
+                    forked_from: None,
                 })
                 .collect();
             rec.next_branch = u32::try_from(rec.branches.len()).unwrap_or(u32::MAX);
@@ -348,13 +457,86 @@ impl FamilyRecord {
                 previous: None,
                 replay: None,
                 rotated_at: now,
+                seen: None,
+                forked_from: None,
             }],
             superseded: Vec::new(),
             forks: Vec::new(),
             next_branch: 1,
             created_at: now,
             revoked: false,
+            ended_branches: Vec::new(),
+            network_alert_at: None,
         }
+    }
+
+    /// Notes that `who` just used branch `id` (issued its head): the account page shows it,
+    /// and the two-networks rule reads how long the branch has stayed on its network.
+    pub fn note_use(&mut self, id: u32, who: &Presenter, now: UnixTime) {
+        let Some(b) = self.branches.iter_mut().find(|b| b.id == id) else {
+            return;
+        };
+        let network_since = match (&b.seen, who.network()) {
+            (Some(seen), Some(net)) if seen.network() == Some(net) => seen.network_since,
+            _ => now,
+        };
+        b.seen = Some(BranchSeen {
+            ip: who.ip,
+            user_agent: who.user_agent.clone(),
+            network_since,
+        });
+    }
+
+    /// Whether branch `id` was ended by the person (its access tokens are refused).
+    pub fn branch_ended(&self, id: u32) -> bool {
+        self.ended_branches.contains(&id)
+    }
+
+    /// Ends one branch, as a person does on the account page for a session they do not
+    /// recognise: the branch goes, and with it every token it issued or replaced and the
+    /// replaced token it was forked from (each is then a token the family never issued:
+    /// refused, without forking again and without revoking the family); its access tokens are
+    /// refused through [`FamilyRecord::ended_branches`]. The other branches keep working,
+    /// except that a copy of a forgotten token an honest process still held is refused too
+    /// (it cannot be told from the thief's). Ending the last branch, or more than
+    /// [`MAX_ENDED_BRANCHES`] of them, revokes the family instead.
+    pub fn end_branch(&mut self, id: u32) -> BranchEnd {
+        if self.revoked {
+            return BranchEnd::NotFound;
+        }
+        let Some(pos) = self.branches.iter().position(|b| b.id == id) else {
+            return BranchEnd::NotFound;
+        };
+        if self.branches.len() == 1 || self.ended_branches.len() >= MAX_ENDED_BRANCHES {
+            self.revoke();
+            return BranchEnd::FamilyRevoked;
+        }
+        let b = self.branches.remove(pos);
+        let mut forgotten: Vec<String> = self
+            .superseded
+            .iter()
+            .filter(|s| s.branch == id)
+            .map(|s| s.hash.clone())
+            .collect();
+        forgotten.extend(b.forked_from);
+        forgotten.extend(b.previous);
+        forgotten.push(b.head);
+        self.superseded
+            .retain(|s| s.branch != id && !forgotten.contains(&s.hash));
+        for other in &mut self.branches {
+            if other
+                .previous
+                .as_ref()
+                .is_some_and(|p| forgotten.contains(p))
+            {
+                other.previous = None;
+                other.replay = None;
+            }
+        }
+        self.forks
+            .retain(|m| m.branch != id && !forgotten.contains(&m.from));
+        self.ended_branches.push(id);
+        BranchEnd::Ended
     }
 
     /// Branches whose head was issued within `idle_secs` of `now`.
@@ -382,6 +564,21 @@ impl FamilyRecord {
                 .and_then(|b| b.replay.as_deref())
         }
     }
+}
+
+/// How many ended branches a family remembers (their access tokens are refused by it); ending
+/// one more revokes the whole family.
+pub const MAX_ENDED_BRANCHES: usize = 64;
+
+/// What [`FamilyRecord::end_branch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BranchEnd {
+    /// The branch is gone; the family's other branches go on.
+    Ended,
+    /// It was the family's last branch (or one too many were ended): the family is revoked.
+    FamilyRevoked,
+    /// No such live branch (or the family is revoked): nothing changed.
+    NotFound,
 }
 
 /// Which kind of reuse a refusal believes it saw (named in the `refresh_reuse` event and
@@ -448,6 +645,18 @@ impl RefreshDecision {
             self,
             RefreshDecision::Rotate { .. } | RefreshDecision::Replay { .. } | RefreshDecision::Fork
         )
+    }
+
+    /// The branch whose token an honoured decision hands out; `before` is the family as
+    /// decided on (a fork's branch is the one [`apply`] starts there).
+    pub fn branch_in(self, before: &FamilyRecord) -> Option<u32> {
+        match self {
+            RefreshDecision::Rotate { branch } | RefreshDecision::Replay { branch, .. } => {
+                Some(branch)
+            }
+            RefreshDecision::Fork => Some(before.next_branch),
+            RefreshDecision::Reuse(_) | RefreshDecision::Unknown | RefreshDecision::Revoked => None,
+        }
     }
 }
 
@@ -570,6 +779,8 @@ pub fn apply(
                 }
             }
             if let Some(b) = next.branches.iter_mut().find(|b| b.id == branch) {
+                let seen = b.seen.take();
+                let forked_from = b.forked_from.take();
                 let old = std::mem::replace(
                     b,
                     Branch {
@@ -578,6 +789,8 @@ pub fn apply(
                         previous: Some(presented_hash.to_owned()),
                         replay: Some(m.sealed),
                         rotated_at: now,
+                        seen,
+                        forked_from,
                     },
                 );
                 // The old previous retires: presenting it later is a fork or reuse.
@@ -599,6 +812,8 @@ pub fn apply(
                 previous: None,
                 replay: None,
                 rotated_at: now,
+                seen: None,
+                forked_from: Some(presented_hash.to_owned()),
             });
             next.forks.push(ForkMemo {
                 from: presented_hash.to_owned(),
@@ -1017,6 +1232,176 @@ mod tests {
                 old.rotated_at
             ),
             (Some("b1"), Some("sealed-b2"), UnixTime(600))
+        );
+    }
+
+    fn at(ip: &str, ua: &str) -> Presenter {
+        Presenter::new(Some(ip.parse().unwrap()), Some(ua))
+    }
+
+    #[test]
+    fn networks_are_ipv4_slash_24_and_ipv6_slash_48() {
+        let net = |ip: &str| network_of(ip.parse().unwrap()).to_string();
+        assert_eq!(net("203.0.113.77"), "203.0.113.0/24");
+        assert_eq!(net("2001:db8:aa:bb::1"), "2001:db8:aa::/48");
+        assert_eq!(
+            net("::ffff:198.51.100.9"),
+            "198.51.100.0/24",
+            "mapped is IPv4"
+        );
+        assert_eq!(net("2001:db8:aa:ffff::9"), net("2001:db8:aa:1::1"));
+        assert_ne!(net("203.0.113.1"), net("203.0.114.1"));
+    }
+
+    #[test]
+    fn user_agents_are_bounded_printable_ascii() {
+        assert_eq!(
+            bounded_user_agent("  claude-cli/2.0.1 (external, cli)  ").as_deref(),
+            Some("claude-cli/2.0.1 (external, cli)")
+        );
+        assert_eq!(
+            bounded_user_agent("a\u{7}b\r\nc\u{e9}").as_deref(),
+            Some("a?b??c?")
+        );
+        assert_eq!(bounded_user_agent(" \t "), None);
+        let long = "x".repeat(10 * MAX_USER_AGENT);
+        assert_eq!(
+            bounded_user_agent(&long).map(|s| s.len()),
+            Some(MAX_USER_AGENT)
+        );
+        let p = Presenter::new(None, Some(&long));
+        assert_eq!(
+            p.user_agent.map(|s| s.chars().count()),
+            Some(MAX_USER_AGENT)
+        );
+    }
+
+    /// A branch remembers who last used it, and since when from that network: a move to
+    /// another network starts the count again, another address in the same network does not.
+    #[test]
+    fn a_branch_keeps_its_last_user_and_how_long_it_stayed_on_its_network() {
+        let mut f = family();
+        f.note_use(0, &at("198.51.100.7", "claude-cli/2.0"), UnixTime(100));
+        let (_, mut f) = present(&f, "h1", "h2", 200, &BRANCH);
+        f.note_use(0, &at("198.51.100.8", "claude-cli/2.0"), UnixTime(200));
+        let seen = f.branches[0].seen.clone().unwrap();
+        assert_eq!(seen.ip, Some("198.51.100.8".parse().unwrap()));
+        assert_eq!(
+            seen.network_since,
+            UnixTime(100),
+            "same /24: still since 100"
+        );
+        f.note_use(0, &at("203.0.113.9", "python/3"), UnixTime(300));
+        let seen = f.branches[0].seen.clone().unwrap();
+        assert_eq!(
+            (seen.network_since, seen.user_agent.as_deref()),
+            (UnixTime(300), Some("python/3"))
+        );
+        // Rotation keeps it; a fork starts with none, and remembers what it forked from.
+        let (d, g) = present(&f, "h1", "b1", 400, &BRANCH);
+        assert_eq!(d, RefreshDecision::Fork);
+        assert_eq!(d.branch_in(&f), Some(1));
+        assert!(g.branches[0].seen.is_some());
+        assert_eq!(g.branches[1].seen, None);
+        assert_eq!(g.branches[1].forked_from.as_deref(), Some("h1"));
+    }
+
+    /// The review's M3: a thief rotated the victim's current token first (branch 0 is now the
+    /// thief's), the victim's stale copy forked branch 1. Ending branch 0 forgets every token
+    /// it issued or replaced (the stolen one included): each is then unknown, not a fork and
+    /// not reuse; branch 1 goes on, and the family remembers branch 0 ended.
+    #[test]
+    fn ending_a_branch_forgets_its_tokens_and_keeps_the_other_branch() {
+        let f1 = rotate(&family(), "h1", "v1", 200); // the victim's own rotation
+        let f2 = rotate(&f1, "v1", "t1", 300); // the thief, with the stolen current v1
+        let f3 = rotate(&f2, "t1", "t2", 310);
+        let (d, mut f) = present(&f3, "v1", "w1", 1_000, &BRANCH); // the victim forks
+        assert_eq!(d, RefreshDecision::Fork);
+        assert_eq!(f.end_branch(7), BranchEnd::NotFound);
+        let before = f.clone();
+        assert_eq!(f.end_branch(0), BranchEnd::Ended);
+        assert_eq!(heads(&f), ["w1"]);
+        assert!(f.branch_ended(0) && !f.branch_ended(1));
+        for token in ["t2", "t1", "v1", "h1"] {
+            assert_eq!(
+                decide(&f, token, UnixTime(1_010), &BRANCH),
+                RefreshDecision::Unknown,
+                "{token}"
+            );
+        }
+        assert_eq!(
+            decide(&f, "w1", UnixTime(1_010), &BRANCH),
+            RefreshDecision::Rotate { branch: 1 }
+        );
+        assert!(
+            f.forks.is_empty(),
+            "the fork from a forgotten token is not replayed"
+        );
+        assert!(!f.revoked && before.ended_branches.is_empty());
+        // Ending the last branch revokes the family.
+        assert_eq!(f.end_branch(1), BranchEnd::FamilyRevoked);
+        assert!(f.revoked);
+        assert_eq!(f.end_branch(1), BranchEnd::NotFound);
+    }
+
+    /// Ending a fork forgets the token it was forked from, even where that token is another
+    /// branch's previous one, so the thief's stolen copy cannot fork again.
+    #[test]
+    fn ending_a_fork_forgets_the_copy_it_was_forked_from() {
+        let f1 = rotate(&family(), "h1", "a1", 200);
+        let (_, f2) = present(&f1, "h1", "b1", 500, &BRANCH);
+        let (_, mut f) = present(&f2, "h1", "c1", 900, &BRANCH);
+        assert_eq!(f.end_branch(2), BranchEnd::Ended);
+        assert_eq!(f.end_branch(1), BranchEnd::Ended);
+        assert_eq!(
+            decide(&f, "h1", UnixTime(950), &BRANCH),
+            RefreshDecision::Unknown
+        );
+        assert_eq!(
+            decide(&f, "b1", UnixTime(950), &BRANCH),
+            RefreshDecision::Unknown
+        );
+        assert_eq!(
+            decide(&f, "a1", UnixTime(950), &BRANCH),
+            RefreshDecision::Rotate { branch: 0 }
+        );
+        assert_eq!(f.ended_branches, [2, 1]);
+        // Two branches again (a rotation, then a fork from its previous token); with as many
+        // ended branches remembered as the family keeps, ending one more revokes it.
+        let g = rotate(&f, "a1", "x1", 1_000);
+        let (d, mut g) = present(&g, "a1", "y1", 1_100, &BRANCH);
+        assert_eq!((d, g.branches.len()), (RefreshDecision::Fork, 2));
+        g.ended_branches = (100..).take(MAX_ENDED_BRANCHES).collect();
+        assert_eq!(g.end_branch(0), BranchEnd::FamilyRevoked);
+        assert!(g.revoked);
+    }
+
+    /// Records written before addresses and ended branches were kept decode with none, and
+    /// a record with them reads back the same.
+    #[test]
+    fn a_record_from_before_addresses_reads_with_none_and_the_new_fields_round_trip() {
+        let old = r#"{"family_id":"f","user_id":"github:1","client_id":"c","scopes":[],
+            "resource":"r","branches":[{"id":0,"head":"h2","previous":"h1","replay":"s",
+            "rotated_at":200}],"superseded":[],"forks":[],"next_branch":1,
+            "created_at":100,"revoked":false}"#;
+        let f: FamilyRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (&f.branches[0].seen, &f.branches[0].forked_from),
+            (&None, &None)
+        );
+        assert!(f.ended_branches.is_empty() && f.network_alert_at.is_none());
+        let mut g = f.clone();
+        g.note_use(0, &at("2001:db8::1", "ua"), UnixTime(300));
+        g.network_alert_at = Some(UnixTime(300));
+        g.ended_branches.push(3);
+        let json = serde_json::to_value(&g).unwrap();
+        assert_eq!(json["branches"][0]["seen"]["ip"], "2001:db8::1");
+        assert_eq!(serde_json::from_value::<FamilyRecord>(json).unwrap(), g);
+        // Without them, nothing new is written.
+        let json = serde_json::to_string(&f).unwrap();
+        assert!(
+            !json.contains("seen") && !json.contains("ended_branches"),
+            "{json}"
         );
     }
 

@@ -1,8 +1,11 @@
 //! `[tokens]`: how long the tokens and codes this server issues live, independent of GitHub's,
 //! and how refresh rotation treats a superseded token (`oauth::grant::decide`).
 
+use std::collections::BTreeSet;
+
 use serde::Deserialize;
 
+use crate::ids::ClientId;
 use crate::oauth::grant::{RefreshRules, ReuseMode};
 
 /// `[tokens]` as written.
@@ -20,6 +23,7 @@ pub struct RawTokens {
     /// Unset: the default, shortened to `refresh_stale_secs` if that is shorter.
     refresh_branch_idle_secs: Option<u64>,
     refresh_max_branches: u64,
+    refresh_strict_clients: Vec<String>,
     code_ttl_secs: u64,
 }
 
@@ -35,6 +39,7 @@ impl Default for RawTokens {
             refresh_stale_secs: None,
             refresh_branch_idle_secs: None,
             refresh_max_branches: d.refresh_max_branches as u64,
+            refresh_strict_clients: Vec::new(),
             code_ttl_secs: d.code_ttl_secs,
         }
     }
@@ -59,6 +64,11 @@ pub struct TokenPolicy {
     pub refresh_branch_idle_secs: u64,
     /// `branch`: live branches a family may have.
     pub refresh_max_branches: usize,
+    /// Clients whose families follow `strict` whatever `refresh_reuse` says (exact client
+    /// ids: configured clients and metadata-document URLs, whose ids are stable): clients
+    /// known to keep one process per credential, for which a stolen token's first collision
+    /// should revoke the family and alert rather than branch.
+    pub refresh_strict_clients: BTreeSet<String>,
     /// Authorization code lifetime.
     pub code_ttl_secs: u64,
 }
@@ -74,6 +84,7 @@ impl Default for TokenPolicy {
             refresh_stale_secs: 7 * 86_400,
             refresh_branch_idle_secs: 86_400,
             refresh_max_branches: 8,
+            refresh_strict_clients: BTreeSet::new(),
             code_ttl_secs: 60,
         }
     }
@@ -108,8 +119,18 @@ impl TokenPolicy {
             refresh_stale_secs,
             refresh_branch_idle_secs,
             refresh_max_branches: usize::try_from(t.refresh_max_branches).unwrap_or(usize::MAX),
+            refresh_strict_clients: t.refresh_strict_clients.iter().cloned().collect(),
             code_ttl_secs: t.code_ttl_secs,
         };
+        if t.refresh_strict_clients
+            .iter()
+            .any(|c| c.is_empty() || c.trim() != c)
+        {
+            errs.push(
+                "tokens.refresh_strict_clients: client ids, exactly as the clients use them"
+                    .to_owned(),
+            );
+        }
         if tokens.access_token_ttl_secs < 60 || tokens.access_token_ttl_secs > 7 * 86_400 {
             errs.push("tokens.access_token_ttl_secs: between 60 and 604800".to_owned());
         }
@@ -140,7 +161,17 @@ impl TokenPolicy {
         tokens
     }
 
-    /// The rules `oauth::grant::decide` and `apply` follow.
+    /// The rules `oauth::grant::decide` and `apply` follow for a family of `client`: `strict`
+    /// for the clients `refresh_strict_clients` lists, `refresh_reuse` for the others.
+    pub fn refresh_rules_for(&self, client: &ClientId) -> RefreshRules {
+        let mut rules = self.refresh_rules();
+        if self.refresh_strict_clients.contains(client.as_str()) {
+            rules.mode = ReuseMode::Strict;
+        }
+        rules
+    }
+
+    /// The rules `oauth::grant::decide` and `apply` follow under `refresh_reuse`.
     pub fn refresh_rules(&self) -> RefreshRules {
         RefreshRules {
             mode: self.refresh_reuse,
@@ -180,6 +211,21 @@ mod tests {
             parse("refresh_reuse = \"strict\"").0.refresh_reuse,
             ReuseMode::Strict
         );
+        // A listed client is strict whatever the mode; the others follow it.
+        let (t, errs) = parse("refresh_strict_clients = [\"vscode\", \"https://app.example/c\"]");
+        assert!(errs.is_empty(), "{errs:?}");
+        for (client, mode) in [
+            ("vscode", ReuseMode::Strict),
+            ("https://app.example/c", ReuseMode::Strict),
+            ("mcpc_other", ReuseMode::Branch),
+            ("VSCODE", ReuseMode::Branch),
+        ] {
+            assert_eq!(
+                t.refresh_rules_for(&ClientId::new(client)).mode,
+                mode,
+                "{client}"
+            );
+        }
         // A lifetime shorter than the default stale window shortens the defaults with it.
         let (t, errs) =
             parse("refresh_token_idle_ttl_secs = 3600\nrefresh_token_max_lifetime_secs = 7200");
@@ -206,6 +252,14 @@ mod tests {
             ),
             ("refresh_max_branches = 0", "tokens.refresh_max_branches"),
             ("refresh_max_branches = 65", "tokens.refresh_max_branches"),
+            (
+                "refresh_strict_clients = [\"\"]",
+                "tokens.refresh_strict_clients",
+            ),
+            (
+                "refresh_strict_clients = [\" vscode\"]",
+                "tokens.refresh_strict_clients",
+            ),
         ] {
             let (_, errs) = parse(text);
             assert!(

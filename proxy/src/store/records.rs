@@ -235,6 +235,10 @@ pub struct AccessTokenRecord {
     pub issued_at: UnixTime,
     /// Expiry.
     pub expires_at: UnixTime,
+    /// The branch of its family it was minted on (ending that branch on the account page
+    /// revokes it); absent on tokens minted before branches were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<u32>,
 }
 
 /// A person's GitHub grant. Tokens are sealed with AES-256-GCM; the associated data is the

@@ -334,6 +334,7 @@ mod tests {
             resource: "r".into(),
             issued_at: UnixTime(0),
             expires_at: UnixTime(1),
+            branch: None,
         };
         audienced(rec, "r").unwrap()
     }

@@ -461,12 +461,23 @@ impl Fixture {
         client: &Client,
         params: &[(&str, &str)],
     ) -> Result<TokenResponse, FlowError> {
+        self.token_from(client, params, None, None).await
+    }
+
+    /// `POST /token` as `client` from client IP `ip` with `User-Agent` `user_agent`.
+    pub async fn token_from(
+        &self,
+        client: &Client,
+        params: &[(&str, &str)],
+        ip: Option<std::net::IpAddr>,
+        user_agent: Option<&str>,
+    ) -> Result<TokenResponse, FlowError> {
         let mut all: Vec<(&str, &str)> = vec![("client_id", &client.id)];
         if let Some(s) = &client.secret {
             all.push(("client_secret", s));
         }
         all.extend_from_slice(params);
-        match token::token(&self.app, None, None, &form(&all)).await? {
+        match token::token(&self.app, None, ip, user_agent, &form(&all)).await? {
             TokenOutcome::Tokens(t) => Ok(t),
             TokenOutcome::Exchanged(v) => panic!("unexpected exchange answer {v}"),
         }
@@ -510,6 +521,26 @@ impl Fixture {
                 ("grant_type", "refresh_token"),
                 ("refresh_token", refresh_token),
             ],
+        )
+        .await
+    }
+
+    /// A refresh with `refresh_token` from client IP `ip` with `User-Agent` `user_agent`.
+    pub async fn refresh_from(
+        &self,
+        client: &Client,
+        refresh_token: &str,
+        ip: &str,
+        user_agent: &str,
+    ) -> Result<TokenResponse, FlowError> {
+        self.token_from(
+            client,
+            &[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", refresh_token),
+            ],
+            Some(ip.parse().unwrap()),
+            Some(user_agent),
         )
         .await
     }

@@ -8,6 +8,7 @@
 //! `demo` feature; a build without it (`--no-default-features`) has no fake to sign in with.
 #![cfg(feature = "demo")]
 
+mod branches;
 mod consent_skip;
 mod fixture;
 mod redemption;

@@ -11,7 +11,7 @@ use crate::bindings::consent_registry;
 use crate::flows::FlowError;
 use crate::ids::{AuthCode, CodeVerifier};
 use crate::oauth::error::{ErrorCode, OAuthError};
-use crate::oauth::grant::{self, TokenResponse};
+use crate::oauth::grant::{self, Presenter, TokenResponse};
 use crate::store::records::{ClientRecord, CodeRecord, FamilyRecord, UsedCodeRecord};
 use crate::store::{Entry, Step, codes, families};
 
@@ -30,6 +30,7 @@ pub(super) async fn redeem_code(
     redirect_uri: Option<&str>,
     code_verifier: Option<&CodeVerifier>,
     resource: Option<&str>,
+    who: &Presenter,
 ) -> Result<TokenResponse, FlowError> {
     let store = app.store.as_ref();
     let Some(rec) = codes::get(store, code).await? else {
@@ -85,7 +86,7 @@ pub(super) async fn redeem_code(
     if !codes::take(store, code).await? {
         return Err(INVALID_GRANT.into()); // expired between the read and the take
     }
-    let resp = start_family(app, &rec, client).await?;
+    let resp = start_family(app, &rec, client, who).await?;
     mark_completed(app, code).await?;
     let consent_gone =
         !consent_registry::exists_for_client(store, &rec.user_id, &rec.client_id).await?;
@@ -110,10 +111,11 @@ async fn start_family(
     app: &App,
     code: &CodeRecord,
     client: &ClientRecord,
+    who: &Presenter,
 ) -> Result<TokenResponse, FlowError> {
     let now = app.clock.now();
     let refresh = grant::new_refresh_token(&code.family_id)?;
-    let fam = FamilyRecord::new(
+    let mut fam = FamilyRecord::new(
         code.family_id.clone(),
         code.user_id.clone(),
         code.client_id.clone(),
@@ -122,6 +124,8 @@ async fn start_family(
         refresh.hash(),
         now,
     );
+    // Its first branch was started from here (the account page shows where).
+    fam.note_use(0, who, now);
     let max = now.plus(app.config.tokens.refresh_max_lifetime_secs);
     // Index first: a crash between the two writes leaves a harmless index entry, never a
     // family the account page cannot find and revoke.
@@ -131,7 +135,7 @@ async fn start_family(
         // The family exists already: this code was redeemed before (its tombstone expired).
         return Err(INVALID_GRANT.into());
     }
-    let (access, expires_in) = mint_access(app, &fam, &code.scopes).await?;
+    let (access, expires_in) = mint_access(app, &fam, 0, &code.scopes).await?;
     let wants_refresh = client.grant_types.iter().any(|g| g == "refresh_token");
     Ok(TokenResponse {
         access_token: access,

@@ -20,14 +20,14 @@ use crate::app::App;
 use crate::audit::AuditEvent;
 use crate::clock::UnixTime;
 use crate::oauth::error::{ErrorCode, OAuthError};
-use crate::oauth::grant::{self, TokenResponse};
+use crate::oauth::grant::{self, Presenter, TokenResponse};
 use crate::oauth::request::{Params, TokenRequest};
 use crate::oauth::scope::ScopeSet;
 use crate::store::access_tokens;
 use crate::store::records::{AccessTokenRecord, FamilyRecord};
 
 pub use client_auth::authenticate_client;
-pub use revoke::{families_of, revoke, revoke_family, revoke_user_client};
+pub use revoke::{BranchEnded, end_branch, families_of, revoke, revoke_family, revoke_user_client};
 
 const INVALID_GRANT: OAuthError = OAuthError::new(
     ErrorCode::InvalidGrant,
@@ -37,11 +37,13 @@ const INVALID_GRANT: OAuthError = OAuthError::new(
 /// contention.
 const CAS_RETRIES: usize = 16;
 
-/// Handles `/token`.
+/// Handles `/token`. `ip` and `user_agent` are the request's client IP and raw
+/// `User-Agent` header: the branch a refresh uses keeps them (the account page lists them).
 pub async fn token(
     app: &App,
     authorization: Option<&str>,
     ip: Option<IpAddr>,
+    user_agent: Option<&str>,
     body: &str,
 ) -> Result<TokenOutcome, FlowError> {
     let p = Params::parse(body)?;
@@ -50,7 +52,7 @@ pub async fn token(
             super::exchange::exchange(app, authorization, &p).await?,
         ));
     }
-    grants(app, authorization, ip, p)
+    grants(app, authorization, Presenter::new(ip, user_agent), p)
         .await
         .map(TokenOutcome::Tokens)
 }
@@ -67,10 +69,10 @@ pub enum TokenOutcome {
 async fn grants(
     app: &App,
     authorization: Option<&str>,
-    ip: Option<IpAddr>,
+    who: Presenter,
     p: Params,
 ) -> Result<TokenResponse, FlowError> {
-    let client = authenticate_client(app, authorization, ip, &p).await?;
+    let client = authenticate_client(app, authorization, who.ip, &p).await?;
     match TokenRequest::parse(&p)? {
         TokenRequest::AuthorizationCode {
             code,
@@ -85,6 +87,7 @@ async fn grants(
                 redirect_uri.as_deref(),
                 code_verifier.as_ref(),
                 resource.as_deref(),
+                &who,
             )
             .await
         }
@@ -99,6 +102,7 @@ async fn grants(
                 &refresh_token,
                 scope.as_deref(),
                 resource.as_deref(),
+                &who,
             )
             .await
         }
@@ -120,9 +124,11 @@ fn family_expiry(app: &App, created: UnixTime, now: UnixTime) -> UnixTime {
         .min(created.plus(t.refresh_max_lifetime_secs))
 }
 
+/// Mints an access token on `branch` of `fam` (ending that branch revokes it).
 async fn mint_access(
     app: &App,
     fam: &FamilyRecord,
+    branch: u32,
     scopes: &ScopeSet,
 ) -> Result<(String, u64), FlowError> {
     let now = app.clock.now();
@@ -136,6 +142,7 @@ async fn mint_access(
         resource: fam.resource.clone(),
         issued_at: now,
         expires_at: now.plus(ttl),
+        branch: Some(branch),
     };
     // Kept a while past expiry so a late presentation is audited as "expired", not
     // "unknown"; `access::authenticate` refuses it by its own `expires_at`.

@@ -3,12 +3,18 @@
 //! reuse detection, and the checks a refresh repeats (the family's client, audience and
 //! scopes, the person's consent and standing). The decision is `oauth::grant::decide`; this
 //! module reads the family, applies the decision with one compare-and-swap, and mints.
+//!
+//! The branch a rotation or fork used keeps who used it (client IP, bounded `User-Agent`),
+//! for the account page and for the two-networks alert (`audit::detect::branch_network_alert`),
+//! which is decided in the same compare-and-swap so that it fires once per family and window
+//! whichever replica serves the refresh.
 
 use super::{
     CAS_RETRIES, INVALID_GRANT, audit_best_effort, family_expiry, mint_access, revoke_family,
 };
 use crate::app::App;
 use crate::audit::AuditEvent;
+use crate::audit::detect::{self, BranchNetworkFacts, BranchUse};
 use crate::bindings::audience;
 use crate::bindings::consent_registry;
 use crate::bindings::consent_scope;
@@ -18,7 +24,9 @@ use crate::flows::FlowError;
 use crate::flows::admission::Verdict;
 use crate::ids::{FamilyId, RefreshToken, UserId};
 use crate::oauth::error::{ErrorCode, OAuthError};
-use crate::oauth::grant::{self, Minted, RefreshDecision, ReuseCase, TokenResponse};
+use crate::oauth::grant::{
+    self, Branch, Minted, Presenter, RefreshDecision, ReuseCase, TokenResponse,
+};
 use crate::oauth::scope::ScopeSet;
 use crate::store::records::{ClientRecord, ConsentRecord, FamilyRecord};
 use crate::store::{Entry, Held, Step, families};
@@ -39,8 +47,12 @@ enum Refreshed {
         now: UnixTime,
         /// A replay of the previous token inside the grace window.
         grace: bool,
+        /// The branch whose token goes out.
+        branch: u32,
         /// A fork: the family's branches after it, and how many of them are live.
         branched: Option<(usize, usize)>,
+        /// The two-networks alert this use raised (its quiet period is in the family now).
+        alert: Option<Box<AuditEvent>>,
         /// The person's consents for the client, as the decision read them.
         consents: Vec<Held<ConsentRecord>>,
     },
@@ -53,6 +65,7 @@ pub(super) async fn refresh(
     refresh_token: &RefreshToken,
     scope: Option<&str>,
     resource: Option<&str>,
+    who: &Presenter,
 ) -> Result<TokenResponse, FlowError> {
     if !client.grant_types.iter().any(|g| g == "refresh_token") {
         return Err(OAuthError::new(
@@ -81,7 +94,7 @@ pub(super) async fn refresh(
             audience::recheck(&fam.resource, resource)?;
             let scopes = consent_scope::at_refresh(scope, &fam.scopes)?;
             let now = app.clock.now();
-            let rules = app.config.tokens.refresh_rules();
+            let rules = app.config.tokens.refresh_rules_for(&fam.client_id);
             let decision = grant::decide(&fam, presented, now, &rules);
             match decision {
                 RefreshDecision::Revoked | RefreshDecision::Unknown => Err(INVALID_GRANT.into()),
@@ -106,6 +119,9 @@ pub(super) async fn refresh(
                     }
                     // The person's standing (`[access]`), asked again when it is due.
                     refresh_standing(app, &fam.user_id).await?;
+                    let Some(branch) = decision.branch_in(&fam) else {
+                        return Err(INVALID_GRANT.into());
+                    };
                     let grace = matches!(decision, RefreshDecision::Replay { .. });
                     if grace {
                         // The same token again (the rotation's next generation, or the fork's
@@ -120,7 +136,9 @@ pub(super) async fn refresh(
                             scopes,
                             now,
                             grace,
+                            branch,
                             branched: None,
+                            alert: None,
                             consents,
                         }));
                     }
@@ -129,7 +147,14 @@ pub(super) async fn refresh(
                         hash: refresh.hash(),
                         sealed: seal_replay(app, family_id, &refresh)?,
                     };
-                    let next = grant::apply(&fam, decision, presented, Some(minted), now, &rules);
+                    let mut next =
+                        grant::apply(&fam, decision, presented, Some(minted), now, &rules);
+                    next.note_use(branch, who, now);
+                    let alert = network_alert(app, &next, branch, now, rules.branch_idle_secs)
+                        .map(Box::new);
+                    if alert.is_some() {
+                        next.network_alert_at = Some(now);
+                    }
                     let branched = (decision == RefreshDecision::Fork).then(|| {
                         (
                             next.branches.len(),
@@ -148,7 +173,9 @@ pub(super) async fn refresh(
                             scopes,
                             now,
                             grace,
+                            branch,
                             branched,
+                            alert,
                             consents,
                         },
                     ))
@@ -181,9 +208,12 @@ pub(super) async fn refresh(
             scopes,
             now,
             grace,
+            branch,
             branched,
+            alert,
             consents,
         } => {
+            let network = who.network().map(|n| n.to_string());
             if let Some((branches, live)) = branched {
                 // The trail of forks is what bounds a thief with a recent copy (SECURITY.md,
                 // "Refresh rotation"): a fork is answered only once its event is stored (if
@@ -195,11 +225,18 @@ pub(super) async fn refresh(
                         family_id: family_id.clone(),
                         branches,
                         live,
-                        ip: crate::audit::source::current(),
+                        branch,
+                        ip: who.ip,
+                        network: network.clone(),
+                        user_agent: who.user_agent.clone(),
                     })
                     .await?;
             }
-            let (access, expires_in) = mint_access(app, &fam, &scopes).await?;
+            // Likewise the alert: its quiet period is already in the family.
+            if let Some(alert) = alert {
+                app.audit.record(*alert).await?;
+            }
+            let (access, expires_in) = mint_access(app, &fam, branch, &scopes).await?;
             // The consents the decision read, noted as used: one revoked since is not
             // written back (each swap expects it as read).
             consent_registry::touch_held(app.store.as_ref(), now, consents).await?;
@@ -210,6 +247,10 @@ pub(super) async fn refresh(
                     client_id: client.client_id.clone(),
                     family_id: family_id.clone(),
                     grace,
+                    branch,
+                    ip: who.ip,
+                    network,
+                    user_agent: who.user_agent.clone(),
                 },
             )
             .await;
@@ -222,6 +263,54 @@ pub(super) async fn refresh(
             })
         }
     }
+}
+
+/// A branch's last use, if its address is known.
+fn branch_use(b: &Branch) -> Option<BranchUse> {
+    let seen = b.seen.as_ref()?;
+    let ip = seen.ip?;
+    Some(BranchUse {
+        branch: b.id,
+        at: b.rotated_at,
+        ip,
+        network: grant::network_of(ip),
+        network_since: seen.network_since,
+        user_agent: seen.user_agent.clone(),
+    })
+}
+
+/// The two-networks alert for a use of `branch` of `fam` (as it will be written), if the rule
+/// fires: the other branches it compares with are the live ones (used within `live_secs`).
+fn network_alert(
+    app: &App,
+    fam: &FamilyRecord,
+    branch: u32,
+    now: UnixTime,
+    live_secs: u64,
+) -> Option<AuditEvent> {
+    let used = fam
+        .branches
+        .iter()
+        .find(|b| b.id == branch)
+        .and_then(branch_use)?;
+    let others = fam
+        .branches
+        .iter()
+        .filter(|b| b.id != branch && now.since(b.rotated_at) <= live_secs)
+        .filter_map(branch_use)
+        .collect();
+    detect::branch_network_alert(
+        &app.config.alerts,
+        &BranchNetworkFacts {
+            user_id: fam.user_id.clone(),
+            client_id: fam.client_id.clone(),
+            family_id: fam.family_id.clone(),
+            used,
+            others,
+            last_alert: fam.network_alert_at,
+        },
+        now,
+    )
 }
 
 fn replay_aad(family: &FamilyId) -> Vec<u8> {

@@ -1,5 +1,5 @@
-//! Revocation: a refresh family (and with it its access tokens), a person's families for one
-//! client, and `POST /revoke` (RFC 7009).
+//! Revocation: a refresh family (and with it its access tokens), one branch of a family (the
+//! account page), a person's families for one client, and `POST /revoke` (RFC 7009).
 
 use std::net::IpAddr;
 
@@ -33,6 +33,56 @@ pub async fn revoke_family(app: &App, family_id: &FamilyId) -> Result<bool, Flow
                 }
                 // Gone, or revoked already.
                 _ => Step::Keep(false),
+            })
+        },
+    )
+    .await?
+    .ok_or_else(|| {
+        OAuthError::new(
+            ErrorCode::TemporarilyUnavailable,
+            "revocation contended; retry",
+        )
+        .into()
+    })
+}
+
+/// What ending a branch did, for the account page's audit event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BranchEnded {
+    /// The branch of this client's family ended (`true`: it was the last one, or one too many,
+    /// and the whole family was revoked).
+    Ended(ClientId, bool),
+    /// The family is not the person's, is revoked or gone, or has no such branch: nothing
+    /// changed (the three look alike to the caller).
+    NotFound,
+}
+
+/// Ends one branch of a family `user` holds (`FamilyRecord::end_branch`): its refresh tokens
+/// are forgotten and its access tokens refused at once; the family's other branches go on.
+/// A family that is not `user`'s is left alone, as if it did not exist.
+pub async fn end_branch(
+    app: &App,
+    user: &UserId,
+    family_id: &FamilyId,
+    branch: u32,
+) -> Result<BranchEnded, FlowError> {
+    families::update(
+        app.store.as_ref(),
+        family_id,
+        CAS_RETRIES,
+        |current| async move {
+            Ok::<_, FlowError>(match current {
+                Some(Entry { mut value, .. }) if &value.user_id == user => {
+                    match value.end_branch(branch) {
+                        grant::BranchEnd::NotFound => Step::Keep(BranchEnded::NotFound),
+                        end => {
+                            let client = value.client_id.clone();
+                            let family_revoked = end == grant::BranchEnd::FamilyRevoked;
+                            Step::Put(value, BranchEnded::Ended(client, family_revoked))
+                        }
+                    }
+                }
+                _ => Step::Keep(BranchEnded::NotFound),
             })
         },
     )
@@ -87,7 +137,7 @@ pub async fn revoke(
             &fam,
             &rt.hash(),
             app.clock.now(),
-            &app.config.tokens.refresh_rules(),
+            &app.config.tokens.refresh_rules_for(&fam.client_id),
         )
         .honoured();
         if fam.client_id == client.client_id && valid && revoke_family(app, &family_id).await? {
