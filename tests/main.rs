@@ -64,6 +64,7 @@ mod clients {
 /// Connect links, refusals by protocol version, and token exchange (docs/DESIGN.md §5–7).
 mod connect {
     mod exchange;
+    mod freshness;
     mod links;
     mod refusals;
     mod revocation;

@@ -6,7 +6,8 @@
 //! [`CONSENT_SCRIPT_CSP_SOURCE`] and nothing else): its buttons act only once the page has been
 //! visible and focused for a moment, so a double-click begun on another site cannot land on
 //! Approve (double-clickjacking). Without JavaScript, approval takes a confirmation page
-//! ([`ConsentConfirmPage`]) that the server times.
+//! ([`ConsentConfirmPage`]) that the server times. The pages behind links ([`ConnectPage`],
+//! [`ApprovePage`]) hold their buttons with the same script and the same confirmation step.
 //!
 //! This crate does no I/O, crypto, cookies or time. View structs carry display-safe,
 //! pre-formatted strings; the proxy decides what they say ("registered 3 minutes ago") and sets
@@ -342,8 +343,10 @@ impl fmt::Debug for AccountPage {
     }
 }
 
-/// A connect link's page, shown only to the person it was made for: what the agent needs
-/// and one button to do it (or decline).
+/// A connect link's page (allow, connect or reconnect), shown only to the person it was made
+/// for: what the agent needs and one button to do it (or decline). Its buttons are held like
+/// the consent page's ([`CONSENT_SCRIPT`], same element ids, same CSP); `confirm` is the
+/// no-JavaScript second step the server times.
 ///
 /// `Debug` redacts `csrf`.
 #[derive(Clone, Template)]
@@ -367,6 +370,17 @@ pub struct ConnectPage {
     pub form_action: String,
     /// Hidden input `csrf`.
     pub csrf: String,
+    /// The confirmation step (no JavaScript): plain buttons, no script.
+    pub confirm: bool,
+    /// The previous action came too soon after the confirmation page appeared.
+    pub too_soon: bool,
+}
+
+impl ConnectPage {
+    /// [`CONSENT_SCRIPT`], for the template (emitted unescaped: it is a constant).
+    fn script(&self) -> &'static str {
+        CONSENT_SCRIPT
+    }
 }
 
 impl fmt::Debug for ConnectPage {
@@ -374,6 +388,8 @@ impl fmt::Debug for ConnectPage {
         f.debug_struct("ConnectPage")
             .field("agent_name", &self.agent_name)
             .field("title", &self.title)
+            .field("confirm", &self.confirm)
+            .field("too_soon", &self.too_soon)
             .field("csrf", &REDACTED)
             .finish_non_exhaustive()
     }
@@ -608,6 +624,8 @@ mod tests {
             ),
             ("account-empty", account_page(Vec::new()).render().unwrap()),
             ("account", account.render().unwrap()),
+            ("held-connect", connect_page(false).render().unwrap()),
+            ("connect-confirm", connect_page(true).render().unwrap()),
         ]
     }
 
@@ -656,9 +674,8 @@ mod tests {
         assert!(confirm.contains("value=\"approve\"") && confirm.contains("value=\"deny\""));
     }
 
-    #[test]
-    fn connect_page_escapes_and_has_both_buttons() {
-        let page = ConnectPage {
+    fn connect_page(confirm: bool) -> ConnectPage {
+        ConnectPage {
             agent_name: "<b>Evil</b>".into(),
             agent_verified: false,
             login: "alice".into(),
@@ -668,12 +685,51 @@ mod tests {
             action_label: "Allow".into(),
             form_action: "/connect/abc".into(),
             csrf: "tok".into(),
-        };
-        let html = page.render().unwrap();
+            confirm,
+            too_soon: false,
+        }
+    }
+
+    #[test]
+    fn connect_page_escapes_and_holds_its_buttons_like_the_consent_page() {
+        let html = connect_page(false).render().unwrap();
         assert!(!html.contains("<b>Evil</b>"));
-        assert!(html.contains("value=\"approve\"") && html.contains("value=\"decline\""));
         assert!(html.contains("name=\"csrf\" value=\"tok\""));
-        assert!(!html.contains("<script") && !html.contains("style="));
+        // The consent page's script, exactly once (its CSP hash covers these bytes), with the
+        // element ids it looks for; the buttons start hidden and disabled.
+        assert_eq!(html.matches(&script_element()).count(), 1);
+        assert!(html.contains(
+            r#"<form method="post" action="/connect/abc" class="decision" id="consent-decision">"#
+        ));
+        assert!(html.contains(r#"<div class="actions" id="consent-actions" hidden>"#));
+        assert!(html.contains(r#"id="consent-hold" hidden"#));
+        assert!(html.contains(
+            r#"<button type="submit" name="decision" value="approve" class="button button-primary" disabled>Allow</button>"#
+        ));
+        assert!(html.contains(
+            r#"<button type="submit" name="decision" value="decline" class="button button-secondary" disabled>Decline</button>"#
+        ));
+        // Without JavaScript: Decline and Continue (to the timed confirmation), never a
+        // direct approve.
+        let noscript = &html[html.find("<noscript>").unwrap()..html.find("</noscript>").unwrap()];
+        assert!(noscript.contains(r#"name="decision" value="review""#));
+        assert!(noscript.contains(r#"name="decision" value="decline""#));
+        assert!(!noscript.contains(r#"value="approve""#));
+        assert!(html.find("<script>").unwrap() > html.find("</form>").unwrap());
+        assert!(!html.contains("That click came too soon"));
+
+        let mut confirm = connect_page(true);
+        let html = confirm.render().unwrap();
+        assert!(!html.contains("<script") && !html.contains(r#"value="review""#));
+        assert!(html.contains(r#"<button type="submit" name="decision" value="approve" class="button button-primary">Allow</button>"#));
+        assert!(html.contains(r#"name="decision" value="decline""#));
+        assert!(html.contains("<h1>Confirm: Let it use GitHub</h1>"));
+        confirm.too_soon = true;
+        let html = confirm.render().unwrap();
+        assert_eq!(html.matches(WARNING_BOX).count(), 1);
+        assert!(html.contains("That click came too soon"));
+        let dbg = format!("{confirm:?}");
+        assert!(!dbg.contains("tok"), "{dbg}");
     }
 
     #[test]
@@ -822,9 +878,12 @@ mod tests {
     #[test]
     fn no_inline_style_or_script_on_any_page() {
         for (name, html) in all_pages() {
-            // The consent page's one script is allowed by its hash (see the tests below); it
-            // must be there exactly once, and nothing else may be.
-            let html = if name.starts_with("consent") && !name.starts_with("consent-confirm") {
+            // The consent page's one script is allowed by its hash (see the tests below); on
+            // the consent page and the held link pages (`held-…`) it must be there exactly
+            // once, and nothing else may be.
+            let held = (name.starts_with("consent") && !name.starts_with("consent-confirm"))
+                || name.starts_with("held-");
+            let html = if held {
                 assert_eq!(html.matches(&script_element()).count(), 1, "{name}");
                 html.replace(&script_element(), "")
             } else {

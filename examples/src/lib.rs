@@ -56,6 +56,7 @@ pub use model::{
     FakeOrg, FakeOrgMember, FakeTeam, FakeTeamMember, MembershipState, OrgRole, Reachability,
     TeamPrivacy, TeamRole,
 };
+pub use server::Screen;
 use server::{FakeState, ServerState, Shared, lock};
 
 /// The proxy's token prefixes; none of them may ever reach GitHub.
@@ -270,6 +271,14 @@ impl FakeGitHub {
     /// Number of POSTs to the token endpoint.
     pub fn token_requests(&self) -> usize {
         self.state().token_requests
+    }
+
+    /// The pages the person was shown at the authorize endpoint, in order: the account picker
+    /// (no account cookie, or `prompt=select_account`) and GitHub's own consent page. An
+    /// authorize request that went straight back to the callback adds nothing. Real GitHub
+    /// tells its client none of this (see the authorize handler's notes).
+    pub fn screens_shown(&self) -> Vec<Screen> {
+        self.state().screens.clone()
     }
 
     /// Whether the user has a stored authorization of the app.

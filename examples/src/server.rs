@@ -156,6 +156,17 @@ pub(crate) struct FakeState {
     /// `authorization_request` id of an `X-GitHub-SSO` URL → (lower-cased org, token).
     sso_requests: HashMap<String, (String, String)>,
     pub(crate) rate: api::RateLimits,
+    /// Every page the person was shown at the authorize endpoint, in order.
+    pub(crate) screens: Vec<Screen>,
+}
+
+/// A page the fake showed the person on the way through its authorize endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screen {
+    /// "Sign in to GitHub": the account picker (no account cookie, or `prompt=select_account`).
+    AccountPicker,
+    /// GitHub's own "Authorize application" page.
+    Consent,
 }
 
 /// Decoded `application/x-www-form-urlencoded` pairs, in order.
@@ -435,6 +446,7 @@ impl FakeState {
             sso_sessions: HashSet::new(),
             sso_requests: HashMap::new(),
             rate: api::RateLimits::default(),
+            screens: Vec::new(),
         }
     }
 
@@ -540,6 +552,28 @@ impl FakeState {
         })
     }
 
+    /// What GitHub does with `prompt` and `login` ("Authorizing OAuth apps" on docs.github.com
+    /// and the changelog of 2024-06-07, "Account picker updates for OAuth and GitHub App
+    /// sign-in"), and the fake with it. Nobody should read more into these than this:
+    /// * `prompt=select_account` "forces the account picker to appear", also for a person
+    ///   signed in with one account: a page where they must pick an account (or sign in) before
+    ///   GitHub goes on. It is the only `prompt` value GitHub documents; any other is ignored
+    ///   here, as GitHub documents no `login`, `consent` or `none` and no `max_age`.
+    /// * After the picker GitHub goes on as usual: an app the account already authorized gets
+    ///   its code at once, with no consent screen ([`Self::continue_as`]).
+    /// * Without `prompt`, a person signed in with one account goes on as that account without
+    ///   seeing anything. Several signed-in accounts always get the picker, and since 2024-06
+    ///   so does every app whose callback is not `https://` ("native apps"). Neither is
+    ///   modelled: the fake has one account cookie, and its callback is the proxy's loopback
+    ///   `http://` one, so modelling the second would make every flow interactive and hide the
+    ///   silent case a proxy must not trust.
+    /// * `login` only suggests an account (it pre-fills GitHub's sign-in form, or asks whether
+    ///   to switch when another is signed in); it forces nothing and proves nothing about who
+    ///   signs in. The fake's picker drops it.
+    /// * Nothing GitHub returns (the code, the token answer, `/user`) says whether any screen
+    ///   was shown: no `auth_time`, no `amr`. A client knows what it asked for, never what
+    ///   GitHub did. [`crate::FakeGitHub::screens_shown`] is the fake's own record of it, for
+    ///   tests.
     fn authorize(&mut self, req: &RecordedRequest, params: &Params) -> Response {
         let ar = match self.validate_authorize(params) {
             Ok(ar) => ar,
@@ -550,7 +584,10 @@ impl FakeState {
                 self.continue_as(&user, ar)
             }
             // The `login` hint is dropped so it cannot clash with the picker's buttons.
-            _ => pages::account_picker(&self.config.users, &without(params, &["prompt", "login"])),
+            _ => {
+                self.screens.push(Screen::AccountPicker);
+                pages::account_picker(&self.config.users, &without(params, &["prompt", "login"]))
+            }
         }
     }
 
@@ -578,6 +615,7 @@ impl FakeState {
             }
             return self.issue_code(&user.login, ar);
         }
+        self.screens.push(Screen::Consent);
         pages::consent(
             user,
             &self.config.client_id,

@@ -230,6 +230,38 @@ async fn account_picker_and_login_continue_in_place() {
     assert_eq!(login(unknown).await.status(), StatusCode::BAD_REQUEST);
 }
 
+/// Like GitHub: for a signed-in person who already authorized the app, only
+/// `prompt=select_account` shows anything; no other `prompt` value (GitHub documents none) and
+/// no `login` hint does. The fake records what it showed; the answers carry none of it.
+#[tokio::test]
+async fn only_select_account_shows_a_screen_to_an_authorized_signed_in_person() {
+    use crate::Screen;
+    let gh = fake().await;
+    gh.authorize_app("alice", &["read:user", "repo"]);
+    for extra in [
+        vec![],
+        vec![("prompt", "login")],
+        vec![("prompt", "consent")],
+        vec![("prompt", "none")],
+        vec![("login", "alice")],
+    ] {
+        let resp = authorize(&gh, Some("alice"), &params(&extra)).await;
+        assert!(query(&location(&resp), "code").is_some(), "{extra:?}");
+    }
+    assert!(gh.screens_shown().is_empty(), "{:?}", gh.screens_shown());
+    let picker = authorize(&gh, Some("alice"), &params(&[("prompt", "select_account")])).await;
+    assert_eq!(picker.status(), StatusCode::OK);
+    assert!(picker.text().await.unwrap().contains("Sign in to GitHub"));
+    assert_eq!(gh.screens_shown(), vec![Screen::AccountPicker]);
+    // A new scope: GitHub's own consent page, recorded too.
+    let more = authorize(&gh, Some("alice"), &params(&[("scope", "gist")])).await;
+    assert_eq!(more.status(), StatusCode::OK);
+    assert_eq!(
+        gh.screens_shown(),
+        vec![Screen::AccountPicker, Screen::Consent]
+    );
+}
+
 #[tokio::test]
 async fn pkce_exchange_wrong_verifier_and_reuse() {
     let gh = fake().await;

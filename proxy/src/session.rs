@@ -1,5 +1,7 @@
 //! The proxy's own browser sessions: a random token in the `__Host-mcp-session` cookie,
-//! stored as a hash with the person and the time they signed in through GitHub.
+//! stored as a hash with the person, the time they signed in through GitHub and how GitHub was
+//! asked to run that sign-in ([`SignInKind`]), which decides whether it can satisfy a link's
+//! freshness check ([`Session::fresh_for_link`]).
 
 use serde::Deserialize;
 
@@ -8,6 +10,7 @@ use crate::cookies;
 use crate::crypto::{self, CryptoError};
 use crate::ids::{GitHubLogin, SessionToken, UserId};
 use crate::store::records::SessionRecord;
+pub use crate::store::records::SignInKind;
 use crate::store::{Store, StoreError, sessions};
 
 /// A signed-in browser: the session its cookie names, as stored. Only [`current`] makes one,
@@ -85,6 +88,17 @@ impl Session {
         }
     }
 
+    /// Whether this sign-in satisfies a link's freshness check (connect and approval links,
+    /// DESIGN §6 step 4): made through GitHub's account picker ([`SignInKind::AccountPicker`],
+    /// which only a link's own sign-in asks for) at most `max_age_secs` ago. A silent sign-in
+    /// (the account page's, the consent flow's) never does, however recent: GitHub answers
+    /// those without a screen for a person signed in there who already authorized the app, so
+    /// anything that can send the browser to `/account` could renew one.
+    pub fn fresh_for_link(&self, now: UnixTime, max_age_secs: u64) -> bool {
+        self.record.sign_in == SignInKind::AccountPicker
+            && now.since(self.record.auth_time) <= max_age_secs
+    }
+
     /// A [`FreshSession`] if the sign-in is recent enough and `Sec-Fetch-Site` is `none` or
     /// `same-origin` (a cross-site navigation, or a browser that does not say, gets the page).
     pub fn fresh_for_consent_skip(
@@ -115,19 +129,22 @@ pub async fn current(
     }))
 }
 
-/// Starts a session; returns its `Set-Cookie`.
+/// Starts a session for a sign-in GitHub just completed, run as `sign_in` says; returns its
+/// `Set-Cookie`.
 pub async fn start(
     store: &dyn Store,
     now: UnixTime,
     policy: &SessionPolicy,
     user_id: UserId,
     login: GitHubLogin,
+    sign_in: SignInKind,
 ) -> Result<String, SessionError> {
     let token = SessionToken::new(crypto::random_token()?);
     let rec = SessionRecord {
         user_id,
         login,
         auth_time: now,
+        sign_in,
     };
     sessions::put(store, &token, &rec, now.plus(policy.max_age_secs)).await?;
     Ok(cookies::set(
@@ -210,16 +227,70 @@ impl SessionPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{Clock as _, ManualClock};
 
     fn session(auth_time: u64) -> Session {
+        signed_in(auth_time, SignInKind::Silent)
+    }
+
+    fn signed_in(auth_time: u64, sign_in: SignInKind) -> Session {
         Session {
             token_hash: "h".into(),
             record: SessionRecord {
                 user_id: UserId::github(1),
                 login: GitHubLogin::new("a"),
                 auth_time: UnixTime(auth_time),
+                sign_in,
             },
         }
+    }
+
+    /// The clock is a `ManualClock`, moved by hand: the decision reads no time of its own.
+    #[test]
+    fn only_an_account_picker_sign_in_within_the_age_is_fresh_for_a_link() {
+        let clock = ManualClock::new(UnixTime(10_000));
+        let picked = signed_in(clock.now().0, SignInKind::AccountPicker);
+        let silent = signed_in(clock.now().0, SignInKind::Silent);
+        assert!(picked.fresh_for_link(clock.now(), 900));
+        // Signed in this very second, silently (the account page, the consent flow): never.
+        assert!(!silent.fresh_for_link(clock.now(), 900));
+        clock.advance(900);
+        assert!(
+            picked.fresh_for_link(clock.now(), 900),
+            "the age is inclusive"
+        );
+        assert!(!silent.fresh_for_link(clock.now(), 900));
+        clock.advance(1);
+        assert!(
+            !picked.fresh_for_link(clock.now(), 900),
+            "one second too old"
+        );
+        // A longer configured age covers it again: the age is the only other condition.
+        assert!(picked.fresh_for_link(clock.now(), 3_600));
+        assert!(!silent.fresh_for_link(clock.now(), 86_400));
+    }
+
+    #[test]
+    fn a_session_stored_before_sign_in_kinds_reads_as_silent() {
+        let old = r#"{"user_id":"github:1","login":"a","auth_time":10000}"#;
+        let rec: SessionRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(rec.sign_in, SignInKind::Silent);
+        let s = Session {
+            token_hash: "h".into(),
+            record: rec,
+        };
+        assert!(!s.fresh_for_link(UnixTime(10_000), 900));
+        let picked = serde_json::to_value(&signed_in(1, SignInKind::AccountPicker).record).unwrap();
+        assert_eq!(picked["sign_in"], "account_picker");
+    }
+
+    #[test]
+    fn only_the_account_picker_kind_asks_github_for_a_prompt() {
+        assert_eq!(SignInKind::Silent.github_prompt(), None);
+        assert_eq!(
+            SignInKind::AccountPicker.github_prompt(),
+            Some("select_account")
+        );
     }
 
     #[test]

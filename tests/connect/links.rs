@@ -145,7 +145,7 @@ async fn unknown_expired_declined_and_replaced_codes_look_identical() {
     assert_ne!(allow_link, connect_link);
     let replaced = get(allow_link).await;
     // declined
-    let page = alice.open(&connect_link).await;
+    let page = alice.open_link(&proxy, &connect_link).await;
     let declined_resp = alice.decide(&proxy, &connect_link, &page, "decline").await;
     assert_eq!(declined_resp.status, 200);
     assert!(declined_resp.body.contains("Nothing was changed"));
@@ -171,7 +171,7 @@ async fn stale_sign_in_must_sign_in_again() {
     alice.withdraw_agent(&proxy).await;
     let link = link_for(&alice).await;
     assert_eq!(
-        alice.open(&link).await.status,
+        alice.open_link(&proxy, &link).await.status,
         200,
         "a fresh sign-in sees the page"
     );
@@ -289,7 +289,7 @@ async fn reconnect_link_after_github_stopped_honouring_the_token() {
         .await
         .unwrap();
     let link = link_for(&alice).await;
-    let page = alice.open(&link).await;
+    let page = alice.open_link(&proxy, &link).await;
     assert!(page.body.contains("Reconnect"), "{}", page.body);
     let r = alice.complete(&proxy, &link, "alice").await;
     assert_eq!(r.status, 200, "{}", r.body);

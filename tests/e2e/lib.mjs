@@ -504,16 +504,49 @@ function jsonOrNull(text) {
 }
 
 /**
+ * Opens a connect or approval link as its person would. A link offers its action only to a
+ * sign-in made through GitHub's account picker within the last minutes; the sign-in of an
+ * authorization (the consent flow) is silent and never counts, so the first link after it
+ * sends the browser to GitHub with `prompt=select_account`. There the person picks `login`,
+ * and GitHub sends them back to the link. Resolves to the link page's status, whether the
+ * picker was shown, and the `prompt` of every authorize request the page made.
+ */
+export async function openLink(page, linkUrl, login) {
+    const prompts = [];
+    const onRequest = request => {
+        const u = new URL(request.url());
+        if (request.method() === 'GET' && u.pathname === '/login/oauth/authorize') {
+            prompts.push(u.searchParams.get('prompt'));
+        }
+    };
+    page.on('request', onRequest);
+    try {
+        const resp = await page.goto(linkUrl, { waitUntil: 'load' });
+        let status = resp.status();
+        const picker = (await page.title()).startsWith('Sign in to GitHub');
+        if (picker) {
+            await clickAndWait(page, `button[name="login"][value="${login}"]`, "GitHub's account picker");
+            check(page.url() === linkUrl, `the sign-in returned to the link, at ${redact(page.url())}`);
+            status = await page.evaluate(() => performance.getEntriesByType('navigation')[0]?.responseStatus ?? 0);
+        }
+        return { status, signed_in_through_picker: picker, sign_in_prompts: prompts };
+    } finally {
+        page.off('request', onRequest);
+    }
+}
+
+/**
  * The person's part of a held tool call (`[[policy]] decision = "ask"`), in Chromium: opens the
- * approval link, checks that the page names the agent, the tool and the rule and shows the
+ * approval link (signing in through GitHub's account picker as `login` when it asks,
+ * [`openLink`]), checks that the page names the agent, the tool and the rule and shows the
  * arguments, waits for the held buttons like a person would, clicks "Approve once", and checks
  * the page after it says to go back to the agent from the same URL (no redirect). Returns what
  * the page showed.
  */
-export async function approveHeldCall(page, linkUrl, { clientName, tool, rule, shownArgument }) {
+export async function approveHeldCall(page, linkUrl, { login, clientName, tool, rule, shownArgument }) {
     try {
-        const resp = await page.goto(linkUrl, { waitUntil: 'load' });
-        check(resp.status() === 200, `the approval page answered ${resp.status()}`);
+        const opened = await openLink(page, linkUrl, login);
+        check(opened.status === 200, `the approval page answered ${opened.status}`);
         check(page.url() === linkUrl, `the approval page stays at the link, at ${redact(page.url())}`);
         const agentShown = (await page.locator('.client-name .name').innerText()).trim();
         check(agentShown === clientName, `the page names the agent: ${JSON.stringify(agentShown)}`);
@@ -528,7 +561,7 @@ export async function approveHeldCall(page, linkUrl, { clientName, tool, rule, s
         const doneText = (await page.locator('body').innerText()).trim();
         check(doneText.includes('Go back to your agent'), `the page after approving says to go back: ${doneText}`);
         check(page.url() === linkUrl, `no redirect after approving, at ${redact(page.url())}`);
-        return { agent_shown: agentShown, armed_after_ms: armedAfterMs, approve_label: label, done_text: doneText };
+        return { agent_shown: agentShown, armed_after_ms: armedAfterMs, approve_label: label, done_text: doneText, signed_in_through_picker: opened.signed_in_through_picker, sign_in_prompts: opened.sign_in_prompts };
     } catch (err) {
         await logPageText(page, 'when approving the held call failed');
         throw err;

@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::support::people::Person;
 use crate::support::{Options, TestProxy};
 use mcp_oauth_proxy::clock::ManualClock;
 use mcp_oauth_proxy::store::Keyspace;
@@ -768,6 +769,9 @@ async fn official_sdk_client_gets_url_elicitation_and_succeeds_after_the_link() 
     // The page behind the link, and after Allow.
     let link = &r["link"];
     assert_eq!(link["status"], 200);
+    // The authorization's sign-in was silent at GitHub: the link asked for GitHub's picker.
+    assert_eq!(link["signed_in_through_picker"], true, "{link}");
+    assert_eq!(link["sign_in_prompts"], json!(["select_account"]), "{link}");
     assert_eq!(link["approve_label"], "Allow");
     assert_eq!(link["agent_shown"], client_name);
     assert!(
@@ -811,9 +815,11 @@ async fn official_sdk_client_gets_url_elicitation_and_succeeds_after_the_link() 
     assert_eq!(whoami_calls[0]["outcome"], "ok", "{whoami_calls:?}");
 
     // The backend: the refused call never reached it; the retry did, with alice's GitHub token
-    // (and no request ever carried a proxy token).
+    // (and no request ever carried a proxy token). GitHub issued two: the authorization's,
+    // stored, and the link's sign-in's, which only said who signed in and was deleted at once.
     let gh_tokens = proxy.github.issued_access_tokens("alice");
-    assert_eq!(gh_tokens.len(), 1);
+    assert_eq!(gh_tokens.len(), 2);
+    assert!(proxy.github.token_scopes(&gh_tokens[1]).is_none());
     let github_bearer = format!("Bearer {}", gh_tokens[0]);
     let backend = proxy.backend().requests();
     let whoami_requests: Vec<_> = backend
@@ -908,4 +914,175 @@ async fn consent_buttons_do_nothing_until_the_page_has_been_seen() {
     assert_eq!(count_events(&events, "consent_approved"), 2, "{events:?}");
     assert_eq!(count_events(&events, "consent_denied"), 0, "{events:?}");
     assert_eq!(proxy.count(Keyspace::UpstreamStates).await, 0);
+}
+
+/// The link a refused `tools/call` of `p`'s agent carried (a 2026-07-28 client without URL
+/// elicitation: the link is in the tool error's text).
+async fn connect_link_for(p: &Person) -> String {
+    let (status, msg) = p.mcp.call_tool("whoami", json!({})).await;
+    assert_eq!(status, 200, "{msg}");
+    assert_eq!(msg["result"]["isError"], true, "a refusal: {msg}");
+    msg["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .find(|w| w.contains("/connect/"))
+        .unwrap()
+        .to_owned()
+}
+
+/// The review's finding, in Chromium (`connect_double_click.mjs`): a connect link's Allow
+/// button worked at once, and a double-click begun on another site gave an agent the person
+/// had stopped its GitHub access back. Now the browser, with no sign-in of its own, is first
+/// sent through GitHub's account picker (`prompt=select_account`); then on the connect,
+/// reconnect and allow pages trusted double-clicks, clicks, Enter and Space right at load
+/// submit nothing, the buttons arm only after a second of visibility and focus (paused page
+/// clock), go dead on blur or hiding and wait again; one click then allows. Without JavaScript,
+/// Continue leads to a confirmation that refuses an Allow at once and takes one a second
+/// (server time) later. The proxy completed exactly the two deliberate allows.
+#[tokio::test]
+async fn connect_page_buttons_do_nothing_until_the_page_has_been_seen() {
+    use mcp_oauth_proxy::bindings::connect_link::{self, For};
+    use mcp_oauth_proxy::ids::{ClientId, UserId};
+    use mcp_oauth_proxy::oauth::scope::ScopeSet;
+    use mcp_oauth_proxy::store::records::LinkKind;
+
+    if !prerequisites_present("connect_page_buttons_do_nothing_until_the_page_has_been_seen") {
+        return;
+    }
+    let proxy = TestProxy::start_with(Options {
+        backend: true,
+        ..Default::default()
+    })
+    .await;
+    // Two of alice's agents, stopped on the account page: their next calls get allow links.
+    let a = Person::with_agent(&proxy, "alice", "Agent A", "2026-07-28").await;
+    let b = Person::with_agent(&proxy, "alice", "Agent B", "2026-07-28").await;
+    a.withdraw_agent(&proxy).await;
+    b.withdraw_agent(&proxy).await;
+    let allow = connect_link_for(&a).await;
+    let allow_noscript = connect_link_for(&b).await;
+    // A connect and a reconnect link, made as the gateway makes them (their page is the same
+    // template; only whether it holds its buttons is checked for them).
+    let mut kind_links = Vec::new();
+    for (agent, kind) in [
+        ("agent-c", LinkKind::Connect),
+        ("agent-d", LinkKind::Reconnect),
+    ] {
+        let (user, client) = (UserId::github(1001), ClientId::new(agent));
+        let issued = connect_link::request(
+            proxy.app.store.as_ref(),
+            &proxy.app.keys.connect_link,
+            proxy.app.clock.now(),
+            1800,
+            For {
+                user: &user,
+                client: &client,
+            },
+            kind,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        kind_links.push(proxy.url(&issued.path));
+    }
+    let picker_requests_before = picker_requests(&proxy);
+    let control = clock_control(proxy.clock.clone()).await;
+    let run = run_node(
+        "connect_double_click.mjs",
+        &[
+            "--base",
+            &proxy.base,
+            "--clock",
+            &control,
+            "--login",
+            "alice",
+            "--allow",
+            &allow,
+            "--allow-noscript",
+            &allow_noscript,
+            "--connect",
+            &kind_links[0],
+            "--reconnect",
+            &kind_links[1],
+        ],
+    )
+    .await;
+    let r = run.assert_ok("connect_double_click.mjs");
+
+    let scripted = &r["with_script"];
+    assert_eq!(
+        scripted["sign_in"]["authorize_requests"],
+        json!([{"prompt": "select_account", "login": null}]),
+        "{scripted}"
+    );
+    for (kind, label) in [
+        ("connect", "Connect GitHub"),
+        ("reconnect", "Reconnect GitHub"),
+        ("allow", "Allow"),
+    ] {
+        let k = &scripted["kinds"][kind];
+        assert_eq!(k["label"], label, "{kind}: {k}");
+        assert_eq!(k["disabled_at_load"], true, "{kind}: {k}");
+        assert_eq!(k["posts_after_stray"], 0, "{kind}: {k}");
+        assert!(
+            k["stray_within_ms"].as_f64().unwrap() < 1000.0,
+            "{kind}: {k}"
+        );
+        assert_eq!(k["disabled_900ms_after_load"], true, "{kind}: {k}");
+        assert_eq!(k["armed_1100ms_after_load"], true, "{kind}: {k}");
+    }
+    let losses = scripted["focus_loss"].as_array().unwrap();
+    assert_eq!(losses.len(), 2, "{scripted}");
+    for loss in losses {
+        assert_eq!(loss["disabled_on_loss"], true, "{loss}");
+        assert_eq!(loss["disabled_on_return"], true, "{loss}");
+        assert_eq!(loss["disabled_900ms_after_return"], true, "{loss}");
+        assert_eq!(loss["armed_1100ms_after_return"], true, "{loss}");
+    }
+    assert_eq!(scripted["allow_posts"], 1, "{scripted}");
+
+    let plain = &r["without_script"];
+    assert_eq!(plain["script_buttons_visible"], false, "{plain}");
+    assert_eq!(plain["too_soon_refused"], true, "{plain}");
+    // Continue, the refused Allow, the accepted one.
+    assert_eq!(plain["link_posts"], 3, "{plain}");
+
+    // The proxy's side: the two deliberate allows and nothing else. Both agents may use
+    // GitHub again; the connect and reconnect links are still open; each browser signed in
+    // once, through the picker, and GitHub received exactly those two picker requests.
+    let events = audit(&proxy).await;
+    assert_eq!(
+        count_events(&events, "connect_link_completed"),
+        2,
+        "{events:?}"
+    );
+    let mut sign_ins: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "signed_in")
+        .filter_map(|e| e["sign_in"].as_str())
+        .collect();
+    sign_ins.sort_unstable();
+    assert_eq!(
+        sign_ins,
+        ["account_picker", "account_picker", "silent", "silent"],
+        "{events:?}"
+    );
+    assert_eq!(picker_requests(&proxy) - picker_requests_before, 2);
+    for p in [&a, &b] {
+        let (_, msg) = p.mcp.call_tool("whoami", json!({})).await;
+        assert!(msg.to_string().contains("You are alice"), "{msg}");
+    }
+    assert_eq!(proxy.count(Keyspace::ConnectLinks).await, 2);
+}
+
+/// Authorize requests the fake GitHub received with `prompt=select_account`.
+fn picker_requests(proxy: &TestProxy) -> usize {
+    proxy
+        .github
+        .requests()
+        .iter()
+        .filter(|r| r.path() == "/login/oauth/authorize")
+        .filter(|r| r.path_and_query.contains("prompt=select_account"))
+        .count()
 }

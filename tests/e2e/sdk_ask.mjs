@@ -112,7 +112,7 @@ async function main() {
     const approvals = [];
     const approveIn = async url => {
         const page = await context.newPage();
-        const shown = await approveHeldCall(page, url, { clientName: CLIENT_NAME, tool: TOOL, rule: RULE, shownArgument: ARGS.title });
+        const shown = await approveHeldCall(page, url, { login, clientName: CLIENT_NAME, tool: TOOL, rule: RULE, shownArgument: ARGS.title });
         approvals.push({ url, ...shown });
         await page.close();
     };

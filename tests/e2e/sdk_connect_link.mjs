@@ -13,8 +13,11 @@
 //    /account and stops this agent from using GitHub ("Stop using GitHub").
 // 3. `callTool(whoami)`: the SDK rejects with its `UrlElicitationRequiredError` (-32042) carrying
 //    the proxy's `data.elicitations[0]` = {mode:"url", elicitationId, url, message}.
-// 4. The person opens that URL in the same browser, clicks Allow, and sees "Go back to your
-//    agent" on the same URL (no redirect anywhere).
+// 4. The person opens that URL in the same browser. The authorization's sign-in was silent at
+//    GitHub, so the link first sends them through GitHub's account picker
+//    (`prompt=select_account`), where they pick their account and are sent back. They wait for
+//    the held buttons, click Allow, and see "Go back to your agent" on the same URL (no
+//    redirect anywhere).
 // 5. `callTool(whoami)` again: it succeeds.
 //
 // The connection must exist before step 2: once the agent may not use GitHub, the proxy answers
@@ -37,13 +40,15 @@ import {
     launchChromium,
     log,
     logPageText,
+    openLink,
     parseArgs,
     recordingFetchInto,
     redact,
     runMain,
     screenshot,
     startCallbackServer,
-    textOf
+    textOf,
+    waitForConsentButtons
 } from './lib.mjs';
 
 const args = parseArgs(process.argv.slice(2), ['mcp-url', 'screenshot', 'done-screenshot']);
@@ -86,11 +91,15 @@ async function withdrawOnAccountPage(page, clientId) {
     return { title, notice, redirected_to: `${after.pathname}${after.search}` };
 }
 
-/** Opens the connect link, checks the page, clicks Allow, checks the page after it. */
+/**
+ * Opens the connect link (through GitHub's account picker, which the link asks for), checks
+ * the page, waits for its held buttons, clicks Allow, checks the page after it.
+ */
 async function completeLink(page, linkUrl) {
-    const resp = await page.goto(linkUrl, { waitUntil: 'load' });
-    check(resp.status() === 200, `the link page answered ${resp.status()}`);
-    check(page.url() === linkUrl, `the link page stays at the link (no sign-in round trip), at ${redact(page.url())}`);
+    const opened = await openLink(page, linkUrl, login);
+    check(opened.status === 200, `the link page answered ${opened.status}`);
+    check(opened.signed_in_through_picker, 'the silent sign-in of the authorization did not count: the link asked for the picker');
+    check(page.url() === linkUrl, `the link page is at the link after the sign-in, at ${redact(page.url())}`);
     const title = await page.title();
     const heading = (await page.locator('h1').innerText()).trim();
     const agentShown = (await page.locator('.client-name .name').innerText()).trim();
@@ -101,6 +110,7 @@ async function completeLink(page, linkUrl) {
     check(approveLabel === 'Allow', `the approve button says Allow, says ${JSON.stringify(approveLabel)}`);
     check(agentShown === CLIENT_NAME, `the page names the agent: ${JSON.stringify(agentShown)}`);
     check(text.includes(`@${login}`), `the page names the signed-in account @${login}`);
+    const armedAfterMs = await waitForConsentButtons(page);
     await screenshot(page, args.screenshot);
 
     await clickAndWait(page, approve, 'the connect link page', { sameUrl: true });
@@ -110,7 +120,10 @@ async function completeLink(page, linkUrl) {
     check(page.url() === linkUrl, `no redirect after Allow, at ${redact(page.url())}`);
     await screenshot(page, args['done-screenshot']);
     return {
-        status: resp.status(),
+        status: opened.status,
+        signed_in_through_picker: opened.signed_in_through_picker,
+        sign_in_prompts: opened.sign_in_prompts,
+        armed_after_ms: armedAfterMs,
         title,
         heading,
         agent_shown: agentShown,

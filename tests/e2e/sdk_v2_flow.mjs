@@ -28,11 +28,13 @@ import {
     launchChromium,
     log,
     logPageText,
+    openLink,
     parseArgs,
     redact,
     runMain,
     startCallbackServer,
     textOf,
+    waitForConsentButtons,
     withTimeout
 } from './lib.mjs';
 
@@ -106,13 +108,17 @@ async function withdrawOnAccountPage(page, clientId) {
     check(rowAfter.includes('May not use your GitHub account'), `the agent may not use GitHub after: ${rowAfter}`);
 }
 
-/** Opens the connect link in the person's browser and clicks Allow. */
+/**
+ * Opens the connect link in the person's browser (signing in through GitHub's account picker
+ * when it asks), waits for its held buttons as a person would, and clicks Allow.
+ */
 async function completeLink(page, linkUrl) {
     try {
-        const resp = await page.goto(linkUrl, { waitUntil: 'load' });
-        check(resp.status() === 200, `the link page answered ${resp.status()}`);
+        const opened = await openLink(page, linkUrl, login);
+        check(opened.status === 200, `the link page answered ${opened.status}`);
         const agentShown = (await page.locator('.client-name .name').innerText()).trim();
         check(agentShown === CLIENT_NAME, `the page names the agent: ${JSON.stringify(agentShown)}`);
+        await waitForConsentButtons(page);
         await clickAndWait(page, 'button[name="decision"][value="approve"]', 'the connect link page', { sameUrl: true });
         const doneText = (await page.locator('body').innerText()).trim();
         check(doneText.includes('Go back to your agent'), `the page after Allow says to go back: ${doneText}`);

@@ -242,7 +242,7 @@ async fn approved_call_cannot_be_swapped_by_a_folded_key() {
         .find(|w| w.contains("/approve/"))
         .unwrap_or_else(|| panic!("an approval link: {held}"))
         .to_owned();
-    let page = alice.open(&link).await;
+    let page = alice.open_link(&proxy, &link).await;
     assert_eq!(
         alice.decide(&proxy, &link, &page, "approve").await.status,
         200

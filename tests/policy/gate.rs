@@ -220,7 +220,7 @@ async fn approval_is_single_use_and_bound_to_the_arguments() {
     assert_eq!(proxy.count(Keyspace::ApprovalLinks).await, 1);
 
     // The page shows the agent, the tool, the rule and the arguments.
-    let page = alice.open(&link).await;
+    let page = alice.open_link(&proxy, &link).await;
     assert_eq!(page.status, 200, "{}", page.body);
     for shown in [
         "Repo Helper",
@@ -286,7 +286,7 @@ async fn denying_an_approval_forwards_nothing() {
     let args = json!({"owner": "acme", "repo": "site", "title": "t"});
     let (_, held) = alice.mcp.call_tool("create_issue", args.clone()).await;
     let link = link_in(&held);
-    let page = alice.open(&link).await;
+    let page = alice.open_link(&proxy, &link).await;
     let done = alice.decide(&proxy, &link, &page, "deny").await;
     assert_eq!(done.status, 200);
     let (_, msg) = alice.mcp.call_tool("create_issue", args).await;
@@ -328,7 +328,7 @@ async fn approval_link_opened_by_another_person_approves_nothing_and_alerts() {
     let (_, msg) = alice.mcp.call_tool("create_issue", args).await;
     assert_eq!(link_in(&msg), link);
     assert_eq!(backend_calls(&proxy, "create_issue"), 0);
-    assert_eq!(alice.open(&link).await.status, 200);
+    assert_eq!(alice.open_link(&proxy, &link).await.status, 200);
 
     let all = proxy.app.audit.all().await.unwrap();
     assert!(
@@ -348,7 +348,7 @@ async fn stale_sign_in_must_sign_in_again_before_approving() {
     let args = json!({"owner": "acme", "repo": "site", "title": "t"});
     let (_, held) = alice.mcp.call_tool("create_issue", args.clone()).await;
     let link = link_in(&held);
-    let page = alice.open(&link).await;
+    let page = alice.open_link(&proxy, &link).await;
     assert_eq!(page.status, 200);
     proxy.clock.advance(16 * 60);
     let r = alice.open(&link).await;
@@ -390,7 +390,7 @@ async fn ask_answers_a_2025_client_with_url_elicitation_and_a_2026_client_with_i
     assert_eq!(e["mode"], "url");
     let url = e["url"].as_str().unwrap().to_owned();
     assert!(url.contains("/approve/"));
-    let page = old.open(&url).await;
+    let page = old.open_link(&proxy, &url).await;
     assert_eq!(old.decide(&proxy, &url, &page, "approve").await.status, 200);
     let (_, msg) = old.mcp.call_tool("create_issue", args.clone()).await;
     assert_eq!(
@@ -416,7 +416,7 @@ async fn ask_answers_a_2025_client_with_url_elicitation_and_a_2026_client_with_i
         .unwrap()
         .to_owned();
     let state = r["requestState"].as_str().unwrap().to_owned();
-    let page = new.open(&url).await;
+    let page = new.open_link(&proxy, &url).await;
     assert_eq!(new.decide(&proxy, &url, &page, "approve").await.status, 200);
     let (_, done) = new.mcp.request(body(Some(&state))).await;
     assert_eq!(done["result"]["isError"], false, "{done}");
@@ -742,7 +742,7 @@ async fn an_approved_call_reaches_the_backend_as_the_page_showed_it() {
     )
     .await;
     let link = link_in(&held);
-    let page = alice.open(&link).await;
+    let page = alice.open_link(&proxy, &link).await;
     assert!(page.body.contains("1e+23"), "{}", page.body);
     assert_eq!(
         alice.decide(&proxy, &link, &page, "approve").await.status,

@@ -8,6 +8,8 @@ use super::{TestProxy, query_param};
 
 /// A person and their agent.
 pub struct Person {
+    /// Their GitHub login.
+    pub login: String,
     /// Their browser.
     pub browser: Browser,
     /// Their agent's registration.
@@ -31,6 +33,7 @@ impl Person {
         let mut mcp = Mcp::with_token(proxy, t.json["access_token"].as_str().unwrap());
         mcp.version = version;
         Person {
+            login: login.to_owned(),
             browser,
             client,
             mcp,
@@ -81,6 +84,39 @@ impl Person {
         self.browser.navigate(url, "none").await
     }
 
+    /// Opens a connect or approval link as its person does: when the proxy first sends them to
+    /// sign in again (always after the consent flow's or the account page's sign-in, which
+    /// GitHub may answer silently and which therefore never count as fresh for a link), they
+    /// pick their own account in GitHub's account picker and come back. Returns the page.
+    pub async fn open_link(&self, proxy: &TestProxy, url: &str) -> Resp {
+        let first = self.open(url).await;
+        if first.status != 303 {
+            return first;
+        }
+        let gh = first.location().unwrap();
+        assert!(
+            gh.starts_with(&proxy.github.authorize_url()),
+            "a link sends only to GitHub's sign-in: {gh}"
+        );
+        assert_eq!(
+            query_param(&gh, "prompt").as_deref(),
+            Some("select_account"),
+            "a link's sign-in asks for GitHub's account picker: {gh}"
+        );
+        let back = self.browser.through_github(&gh, &self.login).await;
+        let cb = self
+            .browser
+            .navigate(&back.location().unwrap(), "cross-site")
+            .await;
+        assert_eq!(cb.status, 303, "{}", cb.body);
+        assert_eq!(
+            cb.location().as_deref(),
+            url.strip_prefix(&proxy.base),
+            "the sign-in returns to the link"
+        );
+        self.open(url).await
+    }
+
     /// Submits the link page's form with `decision`.
     pub async fn decide(
         &self,
@@ -103,7 +139,7 @@ impl Person {
     /// Opens a link and completes its action, signing in at GitHub as `github_login` when a
     /// (re)connection is asked. Returns the final page.
     pub async fn complete(&self, proxy: &TestProxy, link_url: &str, github_login: &str) -> Resp {
-        let page = self.open(link_url).await;
+        let page = self.open_link(proxy, link_url).await;
         assert_eq!(page.status, 200, "{}", page.body);
         let r = self.decide(proxy, link_url, &page, "approve").await;
         if r.status != 303 {

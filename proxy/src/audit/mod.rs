@@ -20,6 +20,7 @@ pub mod webhook;
 use crate::clock::SharedClock;
 use crate::crypto;
 use crate::ids::{ClientId, FamilyId, UserId};
+use crate::store::records::SignInKind;
 use crate::store::{SharedStore, StoreError, audit_log};
 
 /// Reading the trail in windows of this many seconds (about 28 hours) bounds what export and
@@ -138,6 +139,9 @@ pub enum AuditEvent {
         user_id: UserId,
         /// GitHub login.
         login: String,
+        /// How GitHub was asked to run it (`silent` or `account_picker`): only the second can
+        /// open a connect or approval link.
+        sign_in: SignInKind,
     },
     /// A code was issued.
     CodeIssued {
@@ -1186,6 +1190,7 @@ pub(crate) mod tests {
             AuditEvent::SignedIn {
                 user_id: u(),
                 login: s(),
+                sign_in: SignInKind::AccountPicker,
             },
             AuditEvent::CodeIssued {
                 user_id: u(),

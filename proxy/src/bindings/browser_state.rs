@@ -183,6 +183,7 @@ mod tests {
     fn sign_in() -> FlowPurpose {
         FlowPurpose::SignIn {
             return_to: ReturnTo::Account,
+            sign_in: crate::store::records::SignInKind::Silent,
         }
     }
 

@@ -335,6 +335,7 @@ mod tests {
             user_id: user.clone(),
             login: crate::ids::GitHubLogin::new("someone"),
             auth_time: UnixTime(1_000),
+            sign_in: crate::session::SignInKind::Silent,
         });
         session
             .fresh_for_consent_skip(UnixTime(1_001), &Default::default(), Some("none"))

@@ -17,7 +17,7 @@ use crate::csrf;
 use crate::ids::{ClientId, FamilyId, UserId};
 use crate::oauth::grant;
 use crate::oauth::request::Params;
-use crate::session::{self, Session};
+use crate::session::{self, Session, SignInKind};
 use crate::store::families;
 use crate::store::records::{ApprovalAnswer, ClientRecord, FlowPurpose, ReturnTo};
 use crate::store::tool_approvals;
@@ -48,16 +48,19 @@ fn notice_text(key: Option<&str>) -> Option<String> {
     }
 }
 
-/// Starts a plain sign-in that returns to `return_to`.
+/// Starts a plain sign-in that returns to `return_to`: silent (no `prompt`), so GitHub sends a
+/// person signed in there straight back, and the session it starts never satisfies a link's
+/// freshness check (`Session::fresh_for_link`).
 pub async fn start_sign_in(app: &App, return_to: ReturnTo) -> Result<AccountOutcome, FlowError> {
-    start_sign_in_with(app, return_to, None).await
+    start_sign_in_with(app, return_to, SignInKind::Silent).await
 }
 
-/// Starts a plain sign-in with a GitHub `prompt` (connect links use `select_account`).
+/// Starts a plain sign-in run as `sign_in` says (a link's opener checks ask for GitHub's
+/// account picker); the flow, and the session it starts, remember which.
 pub async fn start_sign_in_with(
     app: &App,
     return_to: ReturnTo,
-    prompt: Option<&str>,
+    sign_in: SignInKind,
 ) -> Result<AccountOutcome, FlowError> {
     let flow_id = crypto::random_token()?;
     let started = browser_state::begin(
@@ -65,13 +68,15 @@ pub async fn start_sign_in_with(
         &app.keys.consent_cookie,
         app.clock.now(),
         flow_id,
-        FlowPurpose::SignIn { return_to },
+        FlowPurpose::SignIn { return_to, sign_in },
     )
     .await?;
     Ok(AccountOutcome::SignIn {
-        url: app
-            .github
-            .authorize_url(&started.state, &started.code_challenge, prompt),
+        url: app.github.authorize_url(
+            &started.state,
+            &started.code_challenge,
+            sign_in.github_prompt(),
+        ),
         set_cookie: started.set_cookie,
     })
 }

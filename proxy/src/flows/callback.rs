@@ -17,7 +17,7 @@ use crate::cookies;
 use crate::github::client::{GitHubError, GitHubTokens, GitHubUser};
 use crate::oauth::error::ErrorCode;
 use crate::oauth::request::Params;
-use crate::session;
+use crate::session::{self, SignInKind};
 use crate::store::records::{FlowPurpose, ReturnTo, TxnRecord};
 
 /// What the browser gets, with cookies.
@@ -145,11 +145,11 @@ pub async fn github_callback(
     let user_id = admitted.user_id().clone();
 
     match purpose {
-        FlowPurpose::SignIn { return_to } => {
+        FlowPurpose::SignIn { return_to, sign_in } => {
             // Identity only: the token minted to learn who this is must not quietly reconnect
             // an account the person disconnected, nor pile up at GitHub (10 per user and app).
             app.github.delete_token(&tokens.access_token).await;
-            let set_cookies = sign_in(app, now, &admitted, &gh).await?;
+            let set_cookies = start_session(app, now, &admitted, &gh, sign_in).await?;
             let location = match return_to {
                 ReturnTo::Account => "/account".to_owned(),
                 ReturnTo::Connect { link_id } => format!(
@@ -193,7 +193,9 @@ pub async fn github_callback(
                     login: gh.login.clone(),
                 })
                 .await?;
-            let set_cookies = sign_in(app, now, &admitted, &gh).await?;
+            // Sent to GitHub without `prompt`: a session that never satisfies a link's
+            // freshness check.
+            let set_cookies = start_session(app, now, &admitted, &gh, SignInKind::Silent).await?;
             let redirect = redirect::of_transaction(&txn);
             let host = redirect.destination_key();
             // The consent is the admitted person's and carries this browser's state: the code
@@ -236,13 +238,14 @@ pub async fn github_callback(
     }
 }
 
-/// Starts a proxy session for the person GitHub confirmed and `[access]` admitted; returns the
-/// cookies to set.
-async fn sign_in(
+/// Starts a proxy session for the person GitHub confirmed and `[access]` admitted, remembering
+/// how GitHub was asked to run the sign-in; returns the cookies to set.
+async fn start_session(
     app: &App,
     now: crate::clock::UnixTime,
     admitted: &Admitted,
     gh: &GitHubUser,
+    sign_in: SignInKind,
 ) -> Result<Vec<String>, FlowError> {
     let user_id = admitted.user_id();
     let session_cookie = session::start(
@@ -251,12 +254,14 @@ async fn sign_in(
         &app.config.session,
         user_id.clone(),
         gh.login(),
+        sign_in,
     )
     .await?;
     app.audit
         .record(AuditEvent::SignedIn {
             user_id: user_id.clone(),
             login: gh.login.clone(),
+            sign_in,
         })
         .await?;
     Ok(vec![session_cookie, cookies::clear(cookies::FLOW_COOKIE)])

@@ -1,12 +1,17 @@
 //! `/connect/<code>`: the page behind a connect link. The opener checks run first (in
-//! `bindings::connect_link`), then the person may allow the agent, (re)connect GitHub, or
-//! decline. A (re)connection goes through GitHub with `prompt=select_account`, and its
-//! callback accepts only the GitHub account of the signed-in person the link was made for.
-//! Afterwards the page says to go back to the agent; it never redirects anywhere else.
+//! `bindings::connect_link`; a sign-in they ask for goes through GitHub's account picker, and
+//! only such a sign-in counts as fresh), then the person may allow the agent, (re)connect
+//! GitHub, or decline. The buttons are held like the consent page's (double-clickjacking), and
+//! without JavaScript acting takes a confirmation step the server times
+//! (`consent::CONFIRM_MIN_MS`). A (re)connection goes through GitHub with
+//! `prompt=select_account`, and its callback accepts only the GitHub account of the signed-in
+//! person the link was made for. Afterwards the page says to go back to the agent; it never
+//! redirects anywhere else.
 
 use consent_ui::ConnectPage;
 
 use super::account::{self, AccountForm, AccountOutcome};
+use super::consent::CONFIRM_MIN_MS;
 use super::{FlowError, github_access, pages};
 use crate::app::App;
 use crate::audit::AuditEvent;
@@ -17,7 +22,7 @@ use crate::crypto;
 use crate::csrf;
 use crate::github::client::{GitHubTokens, GitHubUser};
 use crate::oauth::request::Params;
-use crate::session::{self, Session};
+use crate::session::{self, Session, SignInKind};
 use crate::store::records::{ClientRecord, FlowPurpose, LinkKind, ReturnTo};
 
 /// What the browser gets from a link's page (`P`: the page of its kind).
@@ -40,8 +45,10 @@ pub enum LinkOutcome<P> {
 pub type ConnectOutcome = LinkOutcome<ConnectPage>;
 
 /// The outcome of the opener checks for any kind of link (`bindings::connect_link`): its
-/// owner's witness, or what the browser gets instead — a sign-in that returns to the link
-/// (`return_to`), the uniform 404, or the wrong-person page (audited, and alerted on).
+/// owner's witness, or what the browser gets instead — a sign-in through GitHub's account
+/// picker that returns to the link (`return_to`; the session it starts is the only kind a
+/// link's freshness check accepts), the uniform 404, or the wrong-person page (audited, and
+/// alerted on).
 pub(super) async fn owner_or<T, P>(
     app: &App,
     opened: Opened<T>,
@@ -50,7 +57,7 @@ pub(super) async fn owner_or<T, P>(
     match opened {
         Opened::NotFound => Err(FlowError::Page(pages::LINK_NOT_FOUND)),
         Opened::SignIn { link_id } | Opened::Stale { link_id } => {
-            match account::start_sign_in_with(app, return_to(link_id), Some("select_account"))
+            match account::start_sign_in_with(app, return_to(link_id), SignInKind::AccountPicker)
                 .await?
             {
                 AccountOutcome::SignIn { url, set_cookie } => {
@@ -103,20 +110,15 @@ fn csrf_binding(s: &Session, link_id: &str) -> String {
     format!("{}|{link_id}", s.token_hash())
 }
 
-/// `GET /connect/<code>`.
-pub async fn show(
+/// The link's page: the held buttons, or (`confirm`) the no-JavaScript confirmation step.
+async fn page(
     app: &App,
     code: &str,
-    session_cookie: Option<&str>,
+    s: &Session,
+    opened: &OpenedBy,
+    confirm: bool,
+    too_soon: bool,
 ) -> Result<ConnectOutcome, FlowError> {
-    let session = session::current(app.store.as_ref(), session_cookie).await?;
-    let opened = match checked(app, code, session.as_ref()).await? {
-        Ok(o) => o,
-        Err(outcome) => return Ok(outcome),
-    };
-    let Some(s) = session else {
-        return Err(FlowError::Page(pages::LINK_NOT_FOUND));
-    };
     let link = opened.link();
     let agent = agent_name(app, &link.client_id).await?;
     let (title, detail, action) = match link.kind {
@@ -149,15 +151,34 @@ pub async fn show(
     };
     Ok(ConnectOutcome::Page(Box::new(ConnectPage {
         agent_name: agent,
-        agent_verified: false,
+        agent_verified: app.clients.is_configured(&link.client_id),
         login: s.record().login.as_str().to_owned(),
         title,
         detail,
         scopes: link.scopes.iter().collect::<Vec<_>>().join(", "),
         action_label: action.to_owned(),
         form_action: format!("/connect/{code}"),
-        csrf: csrf::token(&app.keys.csrf, "connect", &csrf_binding(&s, &link.link_id)),
+        csrf: csrf::token(&app.keys.csrf, "connect", &csrf_binding(s, &link.link_id)),
+        confirm,
+        too_soon,
     })))
+}
+
+/// `GET /connect/<code>`.
+pub async fn show(
+    app: &App,
+    code: &str,
+    session_cookie: Option<&str>,
+) -> Result<ConnectOutcome, FlowError> {
+    let session = session::current(app.store.as_ref(), session_cookie).await?;
+    let opened = match checked(app, code, session.as_ref()).await? {
+        Ok(o) => o,
+        Err(outcome) => return Ok(outcome),
+    };
+    let Some(s) = session else {
+        return Err(FlowError::Page(pages::LINK_NOT_FOUND));
+    };
+    page(app, code, &s, &opened, false, false).await
 }
 
 /// `POST /connect/<code>`.
@@ -174,7 +195,7 @@ pub async fn act(
         return Err(FlowError::Page(pages::FORBIDDEN_FORM));
     }
     let session = session::current(app.store.as_ref(), form.session_cookie).await?;
-    let opened = match checked(app, code, session.as_ref()).await? {
+    let mut opened = match checked(app, code, session.as_ref()).await? {
         Ok(o) => o,
         Err(outcome) => return Ok(outcome),
     };
@@ -189,6 +210,32 @@ pub async fn act(
         p.get("csrf"),
     ) {
         return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+    }
+    let now_ms = app.clock.now_millis();
+    match p.get("decision") {
+        // The `<noscript>` Continue. Write class: not security state (when the confirmation
+        // step was shown; lost, the next action is only held again). Durable like any write
+        // of a page request.
+        Some("review") => {
+            if !opened.confirm_shown(app.store.as_ref(), now_ms).await? {
+                return Err(FlowError::Page(pages::LINK_NOT_FOUND));
+            }
+            return page(app, code, &s, &opened, true, false).await;
+        }
+        // An action within CONFIRM_MIN_MS of the confirmation step appearing is the second
+        // click of a double-click: the step is shown again, and nothing happens.
+        Some("approve")
+            if opened
+                .link()
+                .confirm_shown_at_ms
+                .is_some_and(|shown| now_ms.saturating_sub(shown) < CONFIRM_MIN_MS) =>
+        {
+            if !opened.confirm_shown(app.store.as_ref(), now_ms).await? {
+                return Err(FlowError::Page(pages::LINK_NOT_FOUND));
+            }
+            return page(app, code, &s, &opened, true, true).await;
+        }
+        _ => {}
     }
     let agent = agent_name(app, &opened.link().client_id).await?;
     match (p.get("decision"), opened.link().kind) {

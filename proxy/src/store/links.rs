@@ -3,7 +3,7 @@
 //! and the service is a fixed word, so no two (person, agent) pairs share an index key.
 
 use super::records::{ConnectIndexRecord, ConnectLinkRecord};
-use super::{Keyspace, Store, StoreError, StoreExt};
+use super::{Keyspace, Step, Store, StoreError, StoreExt, update};
 use crate::crypto;
 use crate::ids::{ClientId, UserId};
 
@@ -39,6 +39,34 @@ pub async fn put(
     store
         .put_json(Keyspace::ConnectLinks, &key.0, rec, Some(rec.expires_at))
         .await
+}
+
+/// Records when the link's no-JavaScript confirmation step was shown, if the link is still
+/// open (one closed in the meantime stays closed: a mark never brings it back).
+pub async fn confirm_shown(
+    store: &dyn Store,
+    key: &LinkKey,
+    shown_at_ms: u64,
+) -> Result<Option<ConnectLinkRecord>, StoreError> {
+    update::<ConnectLinkRecord, Option<ConnectLinkRecord>, StoreError, _, _>(
+        store,
+        Keyspace::ConnectLinks,
+        &key.0,
+        8,
+        |current| async move {
+            Ok(match current {
+                None => Step::Keep(None),
+                Some(e) => {
+                    let mut rec = e.value;
+                    rec.confirm_shown_at_ms = Some(shown_at_ms);
+                    let expires = Some(rec.expires_at);
+                    Step::PutUntil(rec.clone(), expires, Some(rec))
+                }
+            })
+        },
+    )
+    .await
+    .map(Option::flatten)
 }
 
 /// Removes a link: its code becomes unknown.

@@ -93,6 +93,10 @@ pub enum FlowPurpose {
     SignIn {
         /// Where to go afterwards: a fixed local path, never from input.
         return_to: ReturnTo,
+        /// How GitHub was asked to run it; the session it starts keeps this. A flow stored
+        /// before this field existed reads as [`SignInKind::Silent`].
+        #[serde(default)]
+        sign_in: SignInKind,
     },
     /// Connecting (or reconnecting) GitHub from a connect link opened by its own person.
     Connect {
@@ -152,6 +156,41 @@ pub struct SessionRecord {
     pub login: GitHubLogin,
     /// When they signed in (via GitHub).
     pub auth_time: UnixTime,
+    /// How GitHub was asked to run that sign-in: only [`SignInKind::AccountPicker`] can satisfy
+    /// a link's freshness check (`session::Session::fresh_for_link`). A session stored before
+    /// this field existed reads as [`SignInKind::Silent`], so it never does.
+    #[serde(default)]
+    pub sign_in: SignInKind,
+}
+
+/// How the proxy asked GitHub to run a sign-in. What GitHub really does with it (its
+/// "Authorizing OAuth apps" page and the 2024-06-07 changelog "Account picker updates"):
+/// without `prompt`, a person signed in at GitHub (one account) who already authorized the app
+/// is sent straight back, seeing nothing; `prompt=select_account` "forces the account picker to
+/// appear", a page where the person must choose an account (or sign in) before GitHub sends
+/// them back. GitHub documents no other `prompt` value, no `max_age`, and returns nothing that
+/// says whether its picker or its sign-in form was shown: the proxy knows what it *asked*, not
+/// what GitHub *did* (an older GitHub Enterprise Server may ignore the parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInKind {
+    /// No `prompt` (the account page, the consent flow): GitHub may answer at once, without a
+    /// screen, so the sign-in proves only that the browser holds a GitHub session.
+    #[default]
+    Silent,
+    /// `prompt=select_account`, sent only by a link's opener checks (connect and approval
+    /// links, DESIGN §6): GitHub shows its account picker, where the person must click.
+    AccountPicker,
+}
+
+impl SignInKind {
+    /// The `prompt` parameter of GitHub's authorize URL for this kind.
+    pub fn github_prompt(self) -> Option<&'static str> {
+        match self {
+            SignInKind::Silent => None,
+            SignInKind::AccountPicker => Some("select_account"),
+        }
+    }
 }
 
 /// A person's consent for one client and registered redirect URI.
@@ -369,6 +408,10 @@ pub struct ConnectLinkRecord {
     pub created_at: UnixTime,
     /// Expires.
     pub expires_at: UnixTime,
+    /// When the no-JavaScript confirmation step was last shown, in Unix milliseconds: an
+    /// action within `consent::CONFIRM_MIN_MS` of it is refused by showing it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_shown_at_ms: Option<u64>,
 }
 
 /// The open link of one person, agent and service.

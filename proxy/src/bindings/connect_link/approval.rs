@@ -272,6 +272,7 @@ mod tests {
             user_id: UserId::github(user),
             login: GitHubLogin::new("x"),
             auth_time: UnixTime(auth_time),
+            sign_in: crate::session::SignInKind::AccountPicker,
         })
     }
 

@@ -4,8 +4,12 @@
 //! and service: asking again returns the same link; a different kind replaces it and the old
 //! code then behaves exactly like an unknown one. Opening runs these checks in this order,
 //! before anything is shown: unknown/expired/declined/replaced → one 404; nobody signed in →
-//! sign in; someone else signed in → refused (and audited); sign-in too old → sign in again.
-//! Only then does the person get `OpenedBy`, which the page's action requires.
+//! sign in; someone else signed in → refused (and audited); sign-in too old, or not made
+//! through GitHub's account picker (`Session::fresh_for_link`: a silent sign-in from the
+//! account page or the consent flow never counts) → sign in again, through the picker. Only
+//! then does the person get `OpenedBy`, which the page's action requires. The page's buttons
+//! are held like the consent page's, and its no-JavaScript confirmation step is timed from
+//! the mark [`OpenedBy::confirm_shown`] leaves on the link.
 //!
 //! Approval links (`/approve/<code>`, [`approval`]) are links of the same kind for a tool call
 //! a `[[policy]]` rule holds for its person: the same opener checks, in the same order, by the
@@ -113,6 +117,7 @@ pub async fn request(
         scopes: scopes.clone(),
         created_at: now,
         expires_at,
+        confirm_shown_at_ms: None,
     };
     links::put(store, &stored_at, &rec).await?;
     links::put_open(store, &stored_at, &rec).await?;
@@ -155,6 +160,22 @@ impl OpenedBy {
     pub fn link(&self) -> &ConnectLinkRecord {
         &self.link
     }
+
+    /// Records that the no-JavaScript confirmation step is being shown now (milliseconds);
+    /// `false` if the link was closed in the meantime (it stays closed).
+    pub async fn confirm_shown(
+        &mut self,
+        store: &dyn Store,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        match links::confirm_shown(store, &self.stored_at, now_ms).await? {
+            Some(rec) => {
+                self.link = rec;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
 }
 
 /// What opening a link leads to, in the order the checks run. `T` is the witness of the
@@ -177,7 +198,7 @@ pub enum Opened<T = OpenedBy> {
         /// Who opened it.
         opener: UserId,
     },
-    /// The sign-in is too old: sign in again.
+    /// The sign-in is too old, or was silent: sign in again, through GitHub's account picker.
     Stale {
         /// The link id, to return to.
         link_id: String,
@@ -187,7 +208,8 @@ pub enum Opened<T = OpenedBy> {
 }
 
 /// Who opened a live link, checked in order: nobody signed in, someone else, a sign-in older
-/// than `max_sign_in_age_secs`. `Ok` only for the link's own person, recently signed in.
+/// than `max_sign_in_age_secs` or not made through GitHub's account picker. `Ok` only for the
+/// link's own person, recently signed in through the picker.
 fn opener<T>(
     link_id: &str,
     owner: &UserId,
@@ -207,7 +229,7 @@ fn opener<T>(
             opener: s.record().user_id.clone(),
         });
     }
-    if now.since(s.record().auth_time) > max_sign_in_age_secs {
+    if !s.fresh_for_link(now, max_sign_in_age_secs) {
         return Err(Opened::Stale {
             link_id: link_id.to_owned(),
         });
@@ -287,7 +309,8 @@ impl Default for RawConnect {
 pub struct ConnectPolicy {
     /// How long a link stays open (housekeeping; the opener check is the protection).
     pub link_ttl_secs: u64,
-    /// A sign-in older than this must be repeated before a link's action is offered.
+    /// A sign-in older than this (or one not made through GitHub's account picker) must be
+    /// repeated, through the picker, before a link's action is offered.
     pub max_sign_in_age_secs: u64,
 }
 
@@ -320,8 +343,9 @@ impl ConnectPolicy {
 mod tests {
     use super::*;
     use crate::bindings::audience::audienced;
-    use crate::clock::ManualClock;
+    use crate::clock::{Clock as _, ManualClock};
     use crate::ids::{FamilyId, GitHubLogin};
+    use crate::session::SignInKind;
     use crate::store::SledStore;
     use crate::store::records::SessionRecord;
 
@@ -339,11 +363,17 @@ mod tests {
         audienced(rec, "r").unwrap()
     }
 
+    /// A session signed in through GitHub's account picker (what a link's sign-in makes).
     fn session(user: u64, auth_time: u64) -> Session {
+        signed_in(user, auth_time, SignInKind::AccountPicker)
+    }
+
+    fn signed_in(user: u64, auth_time: u64, sign_in: SignInKind) -> Session {
         Session::for_tests(SessionRecord {
             user_id: UserId::github(user),
             login: GitHubLogin::new("x"),
             auth_time: UnixTime(auth_time),
+            sign_in,
         })
     }
 
@@ -487,6 +517,102 @@ mod tests {
                 .await
                 .unwrap(),
             Opened::Owner(_)
+        ));
+    }
+
+    /// A sign-in GitHub may have answered without a screen (the account page's, the consent
+    /// flow's) is sent to sign in again however recent it is; the owner's account-picker
+    /// sign-in passes until it is older than the age, on a manual clock.
+    #[tokio::test]
+    async fn silent_sign_in_must_sign_in_again_through_the_account_picker() {
+        let (s, k) = setup().await;
+        let clock = ManualClock::new(UnixTime(1_000));
+        let a = request(
+            &s,
+            &k,
+            clock.now(),
+            1800,
+            For::token(&token(1, "agent")),
+            LinkKind::Allow,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        let c = code(&a.path);
+        let silent = signed_in(1, clock.now().0, SignInKind::Silent);
+        let picked = signed_in(1, clock.now().0, SignInKind::AccountPicker);
+        let owner = |o: Opened| matches!(o, Opened::Owner(_));
+        let stale = |o: Opened| matches!(o, Opened::Stale { .. });
+        assert!(stale(
+            open(&s, c, Some(&silent), clock.now(), 900).await.unwrap()
+        ));
+        assert!(owner(
+            open(&s, c, Some(&picked), clock.now(), 900).await.unwrap()
+        ));
+        clock.advance(900);
+        assert!(owner(
+            open(&s, c, Some(&picked), clock.now(), 900).await.unwrap()
+        ));
+        assert!(stale(
+            open(&s, c, Some(&silent), clock.now(), 900).await.unwrap()
+        ));
+        clock.advance(1);
+        assert!(stale(
+            open(&s, c, Some(&picked), clock.now(), 900).await.unwrap()
+        ));
+        // Someone else's silent session is still refused as another person first.
+        assert!(matches!(
+            open(
+                &s,
+                c,
+                Some(&signed_in(2, 1_000, SignInKind::Silent)),
+                clock.now(),
+                900
+            )
+            .await
+            .unwrap(),
+            Opened::WrongPerson { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn confirmation_mark_is_kept_and_never_reopens_a_closed_link() {
+        let (s, k) = setup().await;
+        let a = request(
+            &s,
+            &k,
+            UnixTime(1_000),
+            1800,
+            For::token(&token(1, "agent")),
+            LinkKind::Allow,
+            &ScopeSet::default(),
+        )
+        .await
+        .unwrap();
+        let c = code(&a.path);
+        let Opened::Owner(mut o) = open(&s, c, Some(&session(1, 1_000)), UnixTime(1_001), 900)
+            .await
+            .unwrap()
+        else {
+            panic!("owner expected")
+        };
+        assert_eq!(o.link().confirm_shown_at_ms, None);
+        assert!(o.confirm_shown(&s, 1_001_500).await.unwrap());
+        assert_eq!(o.link().confirm_shown_at_ms, Some(1_001_500));
+        let Opened::Owner(again) = open(&s, c, Some(&session(1, 1_000)), UnixTime(1_002), 900)
+            .await
+            .unwrap()
+        else {
+            panic!("owner expected")
+        };
+        assert_eq!(again.link().confirm_shown_at_ms, Some(1_001_500), "stored");
+        close(&s, again).await.unwrap();
+        assert!(!o.confirm_shown(&s, 1_003_000).await.unwrap());
+        assert!(matches!(
+            open(&s, c, Some(&session(1, 1_000)), UnixTime(1_003), 900)
+                .await
+                .unwrap(),
+            Opened::NotFound
         ));
     }
 
