@@ -28,7 +28,9 @@
 //!   (or its bytes as they arrive, [`Metered`]) against everyone's and its client IP's budget
 //!   until its handler is done with it; a request the budget cannot hold is refused before
 //!   routing, with `REFUSED_STREAM` on HTTP/2 (hyper resets the stream with the service
-//!   error's reason) and 503 on HTTP/1.1. `/mcp` adds the token's budget (`mcp.rs`).
+//!   error's reason) and 503 on HTTP/1.1. `/mcp` holds nothing until its caller is
+//!   authenticated (a stranger's body is never read); then `mcp.rs` holds the announced
+//!   length through [`EdgeHold`] and the token's budget, refusing the same way ([`Refused`]).
 //! - **HTTP/2**: concurrent streams, header list size, both reset limits and the receive
 //!   windows are hyper's settings, set explicitly.
 //! - **Shutdown** as `axum::serve` does it: the listener is dropped at once (new connections
@@ -342,7 +344,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let hold = initial_hold(limit, announced, http_body::Body::is_end_stream(req.body()));
+        // `/mcp` holds nothing until its caller is authenticated (`mcp.rs` then holds the
+        // announced length through `EdgeHold`): a stranger's unread body costs nothing.
+        let hold = if mcp {
+            0
+        } else {
+            initial_hold(limit, announced, http_body::Body::is_end_stream(req.body()))
+        };
         let source = crate::limits::bucket_key(super::client_ip::resolve(
             self.peer.ip(),
             req.headers(),
@@ -376,6 +384,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         });
         req.extensions_mut().insert(ConnectInfo(self.peer));
         req.extensions_mut().insert(self.budgets.clone());
+        req.extensions_mut().insert(EdgeHold(held.clone()));
+        let version = req.version();
         let router = self.router.clone();
         let limits = self.limits;
         let activity = self.activity.clone();
@@ -386,6 +396,9 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             };
             // The handler is done with the body (the body itself may still hold it).
             drop(held);
+            if version == http::Version::HTTP_2 && resp.extensions().get::<Refused>().is_some() {
+                return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+            }
             let event_stream = resp
                 .headers()
                 .get(http::header::CONTENT_TYPE)
@@ -412,6 +425,32 @@ fn budget_spent() -> Response<Body> {
     );
     resp
 }
+
+/// What a request's body holds against everyone's and its source's budget, for a handler
+/// that decides late how much to hold (`/mcp`, once its caller is authenticated).
+#[derive(Clone)]
+pub struct EdgeHold(Arc<Mutex<Held>>);
+
+impl EdgeHold {
+    /// A hold of its own, outside any request (for handlers' tests).
+    #[cfg(test)]
+    pub fn new(held: Held) -> EdgeHold {
+        EdgeHold(Arc::new(Mutex::new(held)))
+    }
+
+    /// Holds at least `bytes` in all, or says which budget is spent.
+    pub fn hold_at_least(&self, bytes: u64) -> Result<(), Spent> {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let more = bytes.saturating_sub(held.bytes());
+        held.grow(more)
+    }
+}
+
+/// Marks a handler's refusal that processed nothing of the request: on HTTP/2 the stream is
+/// reset with `REFUSED_STREAM` instead (the client may retry it as is), on HTTP/1.1 the
+/// response is sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Refused;
 
 /// The budget for request bodies was spent while this one arrived.
 #[derive(Debug, thiserror::Error)]

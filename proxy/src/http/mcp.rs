@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::json;
 
-use super::conn::{BodyBudgetSpent, BodyTimedOut};
+use super::conn::{BodyBudgetSpent, BodyTimedOut, EdgeHold, Refused};
 use super::{MAX_MCP_BODY, error};
 use crate::app::App;
 use crate::gateway::{self, McpRequest};
@@ -30,6 +30,7 @@ pub async fn mcp(State(app): State<App>, req: Request) -> Response {
     // Taken apart, not extracted piece by piece: axum's `HeaderMap` extractor clones the map.
     let (parts, body) = req.into_parts();
     let budgets = parts.extensions.get::<Arc<BodyBudgets>>().cloned();
+    let edge = parts.extensions.get::<EdgeHold>().cloned();
     let (method, headers) = (parts.method, parts.headers);
     let query = parts.uri.query().map(str::to_owned);
     let caller = match gateway::authenticate(&app, &headers, query.as_deref()).await {
@@ -37,7 +38,10 @@ pub async fn mcp(State(app): State<App>, req: Request) -> Response {
         Err(e) => return error::gateway(&app, e),
     };
     // Without budgets (a router served without the listener) only the body limit applies.
-    let (slot, mut held) = match budgets.map(|b| admit(&b, &headers)).transpose() {
+    let (slot, mut held) = match budgets
+        .map(|b| admit(&b, edge.as_ref(), &headers))
+        .transpose()
+    {
         Ok(admitted) => admitted.unzip(),
         Err(e) => return e.into_response(),
     };
@@ -80,9 +84,14 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     v.split_once(' ').map(|(_, token)| token.trim())
 }
 
-/// A request slot of the caller's token and its body's bytes (its announced length; a body of
-/// unknown length holds its bytes as they arrive), or the token's limit it hit.
-fn admit(budgets: &Arc<BodyBudgets>, headers: &HeaderMap) -> Result<(TokenSlot, Held), BodyError> {
+/// A request slot of the caller's token and its body's bytes against the token's budget and
+/// (through `edge`) everyone's and the source's: its announced length; a body of unknown
+/// length holds its bytes as they arrive. Or the limit it hit.
+fn admit(
+    budgets: &Arc<BodyBudgets>,
+    edge: Option<&EdgeHold>,
+    headers: &HeaderMap,
+) -> Result<(TokenSlot, Held), BodyError> {
     // Authenticated, so there is a bearer; the empty key stands for none all the same.
     let key = TokenKey::of(bearer(headers).unwrap_or_default());
     let slot = budgets.token_request(key).map_err(BodyError::TokenLimit)?;
@@ -90,6 +99,10 @@ fn admit(budgets: &Arc<BodyBudgets>, headers: &HeaderMap) -> Result<(TokenSlot, 
     let held = budgets
         .hold_for_token(key, announced)
         .map_err(BodyError::TokenLimit)?;
+    if let Some(edge) = edge {
+        edge.hold_at_least(announced)
+            .map_err(|_| BodyError::BusyBeforeReading)?;
+    }
     Ok((slot, held))
 }
 
@@ -114,6 +127,8 @@ enum BodyError {
     TokenLimit(Spent),
     /// Everyone's or the source's body budget was spent while this body arrived.
     Busy,
+    /// The same, before a byte of it was read.
+    BusyBeforeReading,
 }
 
 impl IntoResponse for BodyError {
@@ -144,13 +159,17 @@ impl IntoResponse for BodyError {
                 "too_many_requests",
                 "this token has too many request bodies in flight; retry after the number of seconds in Retry-After".to_owned(),
             ),
-            BodyError::Busy => (
+            BodyError::Busy | BodyError::BusyBeforeReading => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "temporarily_unavailable",
                 "the server is holding too many request bodies; retry after the number of seconds in Retry-After".to_owned(),
             ),
         };
-        let retry = matches!(self, BodyError::TokenLimit(_) | BodyError::Busy);
+        let retry = matches!(
+            self,
+            BodyError::TokenLimit(_) | BodyError::Busy | BodyError::BusyBeforeReading
+        );
+        let busy_before_reading = self == BodyError::BusyBeforeReading;
         crate::telemetry::span::record_outcome(code);
         let mut r = (
             status,
@@ -163,6 +182,10 @@ impl IntoResponse for BodyError {
         if retry {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(1));
+        }
+        if busy_before_reading {
+            // Nothing of the request was processed: HTTP/2 gets REFUSED_STREAM (conn.rs).
+            r.extensions_mut().insert(Refused);
         }
         r
     }
@@ -283,36 +306,71 @@ mod tests {
     #[test]
     fn a_token_gets_its_requests_in_flight_and_its_announced_bytes_and_no_more() {
         let b = budgets(100, 2);
-        let one = admit(&b, &bearer_headers("t1", Some("60"))).unwrap();
+        let one = admit(&b, None, &bearer_headers("t1", Some("60"))).unwrap();
         assert_eq!(one.1.bytes(), 60);
         // Over the token's bytes: refused before reading, and the slot it took is given back.
         assert_eq!(
-            admit(&b, &bearer_headers("t1", Some("41"))).unwrap_err(),
+            admit(&b, None, &bearer_headers("t1", Some("41"))).unwrap_err(),
             BodyError::TokenLimit(Spent::Token)
         );
-        let two = admit(&b, &bearer_headers("t1", Some("40"))).unwrap();
+        let two = admit(&b, None, &bearer_headers("t1", Some("40"))).unwrap();
         assert_eq!(
-            admit(&b, &bearer_headers("t1", None)).unwrap_err(),
+            admit(&b, None, &bearer_headers("t1", None)).unwrap_err(),
             BodyError::TokenLimit(Spent::TokenRequests)
         );
         // Another token, and the same token with other spacing, key the same way as the
         // gateway reads them.
-        assert!(admit(&b, &bearer_headers("t2", Some("100"))).is_ok());
+        assert!(admit(&b, None, &bearer_headers("t2", Some("100"))).is_ok());
         assert_eq!(
-            admit(&b, &bearer_headers("  t1 ", None)).unwrap_err(),
+            admit(&b, None, &bearer_headers("  t1 ", None)).unwrap_err(),
             BodyError::TokenLimit(Spent::TokenRequests)
         );
         drop((one, two));
-        assert!(admit(&b, &bearer_headers("t1", Some("100"))).is_ok());
+        assert!(admit(&b, None, &bearer_headers("t1", Some("100"))).is_ok());
         let r = BodyError::TokenLimit(Spent::TokenRequests).into_response();
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
     }
 
+    #[test]
+    fn an_authenticated_body_the_source_budget_cannot_hold_is_refused_unread() {
+        let b = BodyBudgets::new(crate::limits::bodies::BodyCaps {
+            total: 1 << 30,
+            per_token: 1 << 30,
+            per_source: 100,
+            requests_per_token: 10,
+        });
+        let source = "192.0.2.1".parse().ok();
+        let edge = EdgeHold::new(b.hold(source, 0).unwrap());
+        let ok = admit(&b, Some(&edge), &bearer_headers("t1", Some("60"))).unwrap();
+        let other = EdgeHold::new(b.hold(source, 0).unwrap());
+        let refused = admit(&b, Some(&other), &bearer_headers("t1", Some("41"))).unwrap_err();
+        assert_eq!(refused, BodyError::BusyBeforeReading);
+        let r = refused.into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            r.extensions().get::<Refused>().is_some(),
+            "HTTP/2 resets it with REFUSED_STREAM"
+        );
+        assert!(
+            BodyError::Busy
+                .into_response()
+                .extensions()
+                .get::<Refused>()
+                .is_none(),
+            "a body refused mid-read was partly processed"
+        );
+        // The first request's body counts until its request is done with it.
+        drop(ok);
+        assert!(admit(&b, Some(&other), &bearer_headers("t1", Some("41"))).is_err());
+        drop(edge);
+        assert!(admit(&b, Some(&other), &bearer_headers("t1", Some("41"))).is_ok());
+    }
+
     #[tokio::test]
     async fn a_body_of_unknown_length_holds_its_bytes_as_they_arrive() {
         let b = budgets(8, 1);
-        let (_slot, mut held) = admit(&b, &bearer_headers("t1", None)).unwrap();
+        let (_slot, mut held) = admit(&b, None, &bearer_headers("t1", None)).unwrap();
         assert_eq!(held.bytes(), 0);
         let small = Body::from(&b"12345678"[..]);
         assert_eq!(
