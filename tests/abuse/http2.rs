@@ -561,3 +561,142 @@ async fn h2_held_mcp_bodies_are_bounded_per_token() {
     drop(conns);
     edge.assert_healthy();
 }
+
+/// The same attack over TLS (ALPN `h2`), against the listener `serve` builds for
+/// `tls_cert`/`tls_key` (in this process: the TLS listener and the accept loop are the
+/// binary's): the zero-window connection is closed within the stall timeout, and a client
+/// over TLS is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn h2_zero_window_connection_over_tls_is_closed_within_the_deadline() {
+    use mcp_oauth_proxy::app::App;
+    use mcp_oauth_proxy::clock::{Clock, ManualClock, SystemClock};
+    use mcp_oauth_proxy::config::{Config, Keys};
+    use mcp_oauth_proxy::store::SledStore;
+    use mcp_oauth_proxy::tls::{HandshakeLimits, Tls};
+    use rustls::pki_types::{CertificateDer, ServerName};
+
+    mcp_oauth_proxy::install_crypto_provider();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let text = format!(
+        r#"[server]
+public_url = "https://localhost:{port}"
+listen = "127.0.0.1:{port}"
+tls_cert = {cert:?}
+tls_key = {key:?}
+response_stall_timeout_secs = {stall}
+[github]
+client_id = "gh-client-id"
+client_secret = "gh-client-secret"
+[admin]
+listen = "127.0.0.1:0"
+[store]
+path = "/nonexistent-tests-use-a-temporary-store"
+"#,
+        port = addr.port(),
+        cert = cert_path.display().to_string(),
+        key = key_path.display().to_string(),
+        stall = STALL.as_secs(),
+    );
+    let config = Config::from_toml(&text, &std::collections::HashMap::new()).unwrap();
+    let tls = Tls::new(config.tls.as_ref().unwrap()).unwrap();
+    let clock = ManualClock::new(SystemClock.now());
+    let store = Arc::new(SledStore::temporary(clock.clone()).unwrap());
+    let http = config.http();
+    let app = App::new(config, Keys::generate().unwrap(), store, clock).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listener = tls.listener_with(listener, HandshakeLimits::default());
+    tokio::spawn(async move {
+        mcp_oauth_proxy::http::serve_tls(listener, app, http, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(cert.cert.der().to_vec()))
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = connect_from(Ipv4Addr::new(127, 0, 0, 2), addr).await;
+    let stream = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut client, conn) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, Bytes>(stream)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut bodies = Vec::new();
+    for _ in 0..20 {
+        client = client.ready().await.unwrap();
+        let (resp, _) = client
+            .send_request(
+                request("GET", "/.well-known/oauth-authorization-server", &[]),
+                true,
+            )
+            .unwrap();
+        let resp = timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("head")
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        bodies.push(resp.into_body());
+    }
+    let waiting = Instant::now();
+
+    // Another client over TLS is served while the zero-window one waits.
+    #[allow(clippy::disallowed_methods)] // the test's client, not the proxy's outbound traffic
+    let other = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_der(cert.cert.der()).unwrap())
+        .resolve("localhost", addr)
+        .no_proxy()
+        .build()
+        .unwrap();
+    let r = other
+        .get(format!("https://localhost:{}/healthz", addr.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    timeout(STALL + FORCE + Duration::from_secs(6), conn)
+        .await
+        .expect("the zero-window TLS connection was never closed")
+        .unwrap();
+    let held = waiting.elapsed();
+    for mut body in bodies {
+        let end = body.data().await;
+        assert!(
+            !matches!(end, Some(Ok(_))),
+            "a body byte got through a shut window: {end:?}"
+        );
+    }
+    eprintln!(
+        "zero-window HTTP/2 connection over TLS with 20 answers waiting: closed {held:?} after its answers' heads (stall timeout {STALL:?})"
+    );
+    assert!(
+        held >= STALL - Duration::from_millis(300),
+        "closed after {held:?}, before the stall timeout"
+    );
+    assert!(
+        held < STALL + FORCE + Duration::from_secs(3),
+        "held for {held:?}"
+    );
+    drop(stop);
+}
