@@ -334,11 +334,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let in_flight = self.activity.begin();
         let mcp = req.uri().path() == "/mcp";
-        let (limit, timeout) = if mcp {
-            (super::MAX_MCP_BODY as u64, self.limits.body_read_timeout)
-        } else {
-            (super::MAX_BODY as u64, self.limits.form_body_read_timeout)
-        };
+        let (limit, timeout) = body_rules(mcp, &self.limits);
         let announced = req
             .headers()
             .get(http::header::CONTENT_LENGTH)
@@ -364,11 +360,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
                 let limits = self.limits;
                 let activity = self.activity.clone();
                 return Box::pin(async move {
-                    if version == http::Version::HTTP_2 {
-                        return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
-                    }
-                    Ok(budget_spent()
-                        .map(|b| Tracked::new(b, false, &limits, &activity, in_flight)))
+                    let resp = refuse(version, budget_spent())?;
+                    Ok(resp.map(|b| Tracked::new(b, false, &limits, &activity, in_flight)))
                 });
             }
         };
@@ -396,9 +389,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             };
             // The handler is done with the body (the body itself may still hold it).
             drop(held);
-            if version == http::Version::HTTP_2 && resp.extensions().get::<Refused>().is_some() {
-                return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
-            }
+            let resp = if resp.extensions().get::<Refused>().is_some() {
+                refuse(version, resp)?
+            } else {
+                resp
+            };
             let event_stream = resp
                 .headers()
                 .get(http::header::CONTENT_TYPE)
@@ -407,6 +402,26 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             Ok(resp.map(|body| Tracked::new(body, event_stream, &limits, &activity, in_flight)))
         })
     }
+}
+
+/// A body's largest size and its read time on a route: `/mcp`'s, or every other route's
+/// (forms and registration).
+fn body_rules(mcp: bool, limits: &EdgeLimits) -> (u64, Duration) {
+    if mcp {
+        (super::MAX_MCP_BODY as u64, limits.body_read_timeout)
+    } else {
+        (super::MAX_BODY as u64, limits.form_body_read_timeout)
+    }
+}
+
+/// A refusal that processed nothing of the request: on HTTP/2 the stream is reset with
+/// `REFUSED_STREAM` (hyper resets it with the service error's reason; the client may retry it
+/// as is), on HTTP/1.1 `answer` is sent.
+fn refuse(version: http::Version, answer: Response<Body>) -> Result<Response<Body>, h2::Error> {
+    if version == http::Version::HTTP_2 {
+        return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+    }
+    Ok(answer)
 }
 
 /// HTTP/1.1's answer when the body budget is spent: 503 with `Retry-After`, and the
@@ -611,6 +626,33 @@ mod tests {
         assert_eq!(initial_hold(mcp, Some(100), true), 0, "empty");
         assert_eq!(initial_hold(FIRST_HOLD, None, false), FIRST_HOLD);
         assert_eq!(initial_hold(FIRST_HOLD, Some(10), false), 10);
+    }
+
+    #[test]
+    fn mcp_bodies_get_the_body_read_timeout_and_every_other_route_the_form_one() {
+        let limits = EdgeLimits {
+            body_read_timeout: Duration::from_secs(60),
+            form_body_read_timeout: Duration::from_secs(10),
+            ..EdgeLimits::default()
+        };
+        assert_eq!(
+            body_rules(true, &limits),
+            (4 * 1024 * 1024, Duration::from_secs(60))
+        );
+        assert_eq!(
+            body_rules(false, &limits),
+            (64 * 1024, Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_refused_stream_on_http2_and_a_503_that_closes_on_http1() {
+        let err = refuse(http::Version::HTTP_2, budget_spent()).unwrap_err();
+        assert_eq!(err.reason(), Some(h2::Reason::REFUSED_STREAM));
+        let resp = refuse(http::Version::HTTP_11, budget_spent()).unwrap();
+        assert_eq!(resp.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[http::header::RETRY_AFTER], "1");
+        assert_eq!(resp.headers()[http::header::CONNECTION], "close");
     }
 
     #[tokio::test]
