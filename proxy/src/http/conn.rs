@@ -25,7 +25,7 @@
 //!   (HTTP/1.1); a connection on which nothing moved, or whose socket accepts no write, for
 //!   `response_stall_timeout` is closed whatever is in flight.
 //! - **Held bodies** ([`crate::limits::bodies`]): a request body holds its announced length
-//!   (or its bytes as they arrive, [`Metered`]) against everyone's and its client IP's budget
+//!   (or its bytes as they arrive, `Metered`) against everyone's and its client IP's budget
 //!   until its handler is done with it; a request the budget cannot hold is refused before
 //!   routing, with `REFUSED_STREAM` on HTTP/2 (hyper resets the stream with the service
 //!   error's reason) and 503 on HTTP/1.1. `/mcp` holds nothing until its caller is
