@@ -16,6 +16,7 @@ mod abuse {
     mod bodies;
     mod clients;
     mod connections;
+    mod http2;
     mod rate_limits;
     mod sessions;
     mod support;

@@ -37,6 +37,7 @@ use governor::{NotUntil, Quota, RateLimiter};
 
 use crate::clock::SharedClock;
 
+pub mod bodies;
 mod settings;
 pub use settings::{RateLimit, RateLimits, RawRateLimits, rate_limits};
 

@@ -1,5 +1,6 @@
 //! Bodies a stranger sends without a credential: `/mcp` answers from the headers and never
-//! buffers them, so they cost the proxy no memory.
+//! buffers them, so they cost the proxy no memory; forms count against the source's body
+//! budget (HTTP/1.1 here; HTTP/2 in `http2.rs`).
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -198,5 +199,84 @@ async fn authenticated_bodies_are_bounded_in_size_and_time() {
         took >= Duration::from_millis(1800) && took < Duration::from_secs(6),
         "408 after {took:?}"
     );
+    edge.assert_healthy();
+}
+
+/// HTTP/1.1's side of the held-body budget: one address holds 64 half-sent 64 KiB forms, all
+/// its 4 MiB `max_body_bytes_per_source` allows (the least it may be set to); its next form
+/// gets 503 with `Retry-After: 1` at once, without a byte of it read, while another address
+/// is answered normally; once the held forms reach their deadline (400) the address may post
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http1_form_beyond_the_source_body_budget_gets_503_and_another_address_is_served() {
+    const HELD: usize = 64;
+    const FORM: usize = 64 * 1024;
+    let mut edge =
+        start("max_body_bytes_per_source = 4194304\nform_body_read_timeout_secs = 4").await;
+    let head = format!(
+        "POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {FORM}\r\n\r\n"
+    );
+    let status_of = |mut s: tokio::net::TcpStream| async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let noisy = Ipv4Addr::new(127, 0, 0, 2);
+    let mut held = JoinSet::new();
+    let started = tokio::time::Instant::now();
+    for _ in 0..HELD {
+        let mut s = connect_from(noisy, edge.addr).await;
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&[b'a'; 1024]).await.unwrap();
+        held.spawn(async move { (status_of(s).await, started.elapsed()) });
+    }
+    sleep(Duration::from_millis(500)).await;
+
+    let mut over = connect_from(noisy, edge.addr).await;
+    over.write_all(head.as_bytes()).await.unwrap();
+    let answer = timeout(Duration::from_secs(3), status_of(over))
+        .await
+        .expect("the form over the budget is answered at once");
+    assert!(
+        answer.starts_with("HTTP/1.1 503 Service Unavailable"),
+        "{answer}"
+    );
+    let lower = answer.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 1"), "{answer}");
+    assert!(lower.contains("connection: close"), "{answer}");
+
+    let mut other = connect_from(Ipv4Addr::new(127, 0, 0, 3), edge.addr).await;
+    other.write_all(head.as_bytes()).await.unwrap();
+    other.write_all(&vec![b'a'; FORM]).await.unwrap();
+    let answer = timeout(Duration::from_secs(5), status_of(other))
+        .await
+        .unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 400") || answer.starts_with("HTTP/1.1 401"),
+        "another address is answered by /token itself: {answer}"
+    );
+
+    while let Some(done) = held.join_next().await {
+        let (answer, after) = done.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(
+            after >= Duration::from_millis(3500),
+            "answered after {after:?}"
+        );
+    }
+    // The budget is back: the address may post again.
+    let mut again = connect_from(noisy, edge.addr).await;
+    again.write_all(head.as_bytes()).await.unwrap();
+    again.write_all(&vec![b'a'; FORM]).await.unwrap();
+    let answer = timeout(Duration::from_secs(5), status_of(again))
+        .await
+        .unwrap();
+    assert!(!answer.starts_with("HTTP/1.1 503"), "{answer}");
     edge.assert_healthy();
 }

@@ -43,6 +43,13 @@ pub(super) struct RawServer {
     http2_max_concurrent_streams: Option<u64>,
     http2_max_pending_reset_streams: Option<u64>,
     http2_max_local_error_resets: Option<u64>,
+    response_stall_timeout_secs: Option<u64>,
+    response_write_timeout_secs: Option<u64>,
+    form_body_read_timeout_secs: Option<u64>,
+    max_body_bytes: Option<u64>,
+    max_body_bytes_per_source: Option<u64>,
+    mcp_max_body_bytes_per_token: Option<u64>,
+    mcp_max_requests_per_token: Option<u64>,
 }
 
 fn default_listen() -> String {
@@ -97,6 +104,13 @@ impl Server {
                 http2_max_concurrent_streams: s.http2_max_concurrent_streams,
                 http2_max_pending_reset_streams: s.http2_max_pending_reset_streams,
                 http2_max_local_error_resets: s.http2_max_local_error_resets,
+                response_stall_timeout_secs: s.response_stall_timeout_secs,
+                response_write_timeout_secs: s.response_write_timeout_secs,
+                form_body_read_timeout_secs: s.form_body_read_timeout_secs,
+                max_body_bytes: s.max_body_bytes,
+                max_body_bytes_per_source: s.max_body_bytes_per_source,
+                mcp_max_body_bytes_per_token: s.mcp_max_body_bytes_per_token,
+                mcp_max_requests_per_token: s.mcp_max_requests_per_token,
             }),
             errs,
         );

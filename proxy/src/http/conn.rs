@@ -1,4 +1,4 @@
-//! The accept loop: what a connection may cost before and between requests
+//! The accept loop: what a connection may cost before, between and during requests
 //! ([`EdgeLimits`](super::edge::EdgeLimits)).
 //!
 //! - **Connection caps.** A permit of the global cap is taken *before* accepting, so at the
@@ -17,15 +17,29 @@
 //!   timer (`header_read_timeout`, which hyper starts at the connection's start and again
 //!   whenever it is idle) closes a connection whose head does not arrive in time; so an idle
 //!   HTTP/1.1 keep-alive connection lasts at most `header_read_timeout`. Request bodies get
-//!   `body_read_timeout` in total from their first read ([`Deadline`]).
-//! - **HTTP/2**: concurrent streams, header list size and both reset limits are hyper's
-//!   settings.
+//!   `body_read_timeout` (`/mcp`) or `form_body_read_timeout` (every other route) in total
+//!   from their first read ([`Deadline`]).
+//! - **Write progress** (`progress.rs`): a response that waits for its client past
+//!   `response_stall_timeout` (one wait) or `response_write_timeout` (all waits of an answer
+//!   that is not an event stream) is reset (HTTP/2 `RST_STREAM`) or its connection closed
+//!   (HTTP/1.1); a connection on which nothing moved, or whose socket accepts no write, for
+//!   `response_stall_timeout` is closed whatever is in flight.
+//! - **Held bodies** ([`crate::limits::bodies`]): a request body holds its announced length
+//!   (or its bytes as they arrive, `Metered`) against everyone's and its client IP's budget
+//!   until its handler is done with it; a request the budget cannot hold is refused before
+//!   routing, with `REFUSED_STREAM` on HTTP/2 (hyper resets the stream with the service
+//!   error's reason) and 503 on HTTP/1.1. `/mcp` holds nothing until its caller is
+//!   authenticated (a stranger's body is never read); then `mcp.rs` holds the announced
+//!   length through [`EdgeHold`] and the token's budget, refusing the same way ([`Refused`]).
+//! - **HTTP/2**: concurrent streams, header list size, both reset limits and the receive
+//!   windows are hyper's settings, set explicitly.
 //! - **Shutdown** as `axum::serve` does it: the listener is dropped at once (new connections
 //!   are refused), every connection is told to shut down gracefully, and the serve future
 //!   ends when the last one has.
 
+mod progress;
+
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -40,17 +54,19 @@ use axum::serve::Listener;
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use self::progress::{Activity, Expiry, StreamExecutor, Tracked, WatchedIo};
 use super::client_ip::TrustedProxies;
 use super::edge::EdgeLimits;
+use crate::limits::bodies::{BodyBudgets, BodyCaps, Held, Spent};
 
-/// After a timeout's graceful shutdown, how long a connection that still has no request in
-/// flight may take to close before it is dropped.
+/// After a timeout's graceful shutdown, how long a connection may take to close before it is
+/// dropped (an idle one only if it still has no request in flight; a stalled one always).
 pub const FORCE_CLOSE_AFTER: Duration = Duration::from_secs(1);
 
 /// Serves `router` on `listener` within `limits` until `shutdown` resolves, then lets the
@@ -67,6 +83,13 @@ where
 {
     let global = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let sources = Sources::new(limits.max_connections_per_source.max(1));
+    let budgets = BodyBudgets::new(BodyCaps {
+        total: limits.max_body_bytes,
+        per_source: limits.max_body_bytes_per_source,
+        per_token: limits.mcp_max_body_bytes_per_token,
+        requests_per_token: limits.mcp_max_requests_per_token,
+    });
+    let trusted = Arc::new(trusted);
     let (stop_tx, stop_rx) = watch::channel(false);
     // Each connection task holds a clone; `closed()` resolves when the last one has ended.
     let (done_tx, done_rx) = watch::channel(());
@@ -99,6 +122,8 @@ where
             router: router.clone(),
             limits,
             peer,
+            trusted: trusted.clone(),
+            budgets: budgets.clone(),
             stop: stop_rx.clone(),
             _done: done_rx.clone(),
             _permits: (permit, source),
@@ -168,6 +193,8 @@ struct Conn {
     router: Router,
     limits: EdgeLimits,
     peer: SocketAddr,
+    trusted: Arc<TrustedProxies>,
+    budgets: Arc<BodyBudgets>,
     stop: watch::Receiver<bool>,
     /// Dropped when the connection ends (the serve loop waits for all of them).
     _done: watch::Receiver<()>,
@@ -181,7 +208,9 @@ impl Conn {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let limits = self.limits;
-        let mut builder = auto::Builder::new(TokioExecutor::new());
+        let activity = Activity::new();
+        // HTTP/2 streams run under a guard that resets them at their write deadline.
+        let mut builder = auto::Builder::new(StreamExecutor::new(activity.clone()));
         builder
             .http1()
             .timer(TokioTimer::new())
@@ -195,20 +224,29 @@ impl Conn {
             .max_concurrent_streams(limits.http2_max_concurrent_streams)
             .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
             .max_pending_accept_reset_streams(limits.http2_max_pending_reset_streams)
-            .max_local_error_reset_streams(limits.http2_max_local_error_resets);
-        let activity = Activity::new();
+            .max_local_error_reset_streams(limits.http2_max_local_error_resets)
+            // hyper's defaults, set so that an update cannot loosen them unnoticed: the body
+            // bytes a connection may have received and not yet read (1 MiB, whatever its
+            // streams), and the response bytes h2 buffers per stream once hyper has handed
+            // them over (400 KiB; they leave when the client's window and socket allow).
+            .initial_stream_window_size(H2_WINDOW)
+            .initial_connection_window_size(H2_WINDOW)
+            .max_send_buf_size(H2_SEND_BUFFER);
         let service = ConnService {
             router: self.router.clone(),
             peer: self.peer,
-            body_timeout: limits.body_read_timeout,
+            trusted: self.trusted.clone(),
+            limits,
+            budgets: self.budgets.clone(),
             activity: activity.clone(),
         };
+        let io = WatchedIo::new(io, activity.clone());
         let conn = builder.serve_connection(TokioIo::new(io), service);
         let mut conn = std::pin::pin!(conn);
         let mut stop = self.stop.clone();
         let mut stopping = false;
         let mut expired = std::pin::pin!(activity.expired(limits));
-        let mut timed_out = false;
+        let mut timed_out: Option<Expiry> = None;
         let mut force = std::pin::pin!(tokio::time::sleep(FORCE_CLOSE_AFTER));
         let mut forcing = false;
         loop {
@@ -225,164 +263,251 @@ impl Conn {
                         conn.as_mut().graceful_shutdown();
                     }
                 }
-                () = &mut expired, if !timed_out => {
-                    timed_out = true;
-                    tracing::debug!(peer = %self.peer, "connection without a request for too long; closing");
+                why = &mut expired, if timed_out.is_none() => {
+                    timed_out = Some(why);
+                    match why {
+                        Expiry::Idle => tracing::debug!(peer = %self.peer, "connection without a request for too long; closing"),
+                        Expiry::Stalled => tracing::debug!(peer = %self.peer, "connection whose client takes nothing it is sent; closing"),
+                    }
                     conn.as_mut().graceful_shutdown();
                     force.as_mut().reset(Instant::now() + FORCE_CLOSE_AFTER);
                     forcing = true;
                 }
                 () = &mut force, if forcing => {
                     forcing = false;
-                    if activity.idle() {
-                        // Still mid-head (HTTP/1.1 graceful shutdown waits for it): drop it.
+                    if timed_out == Some(Expiry::Stalled) || activity.idle() {
+                        // Stalled: its responses cannot finish. Idle but still mid-head
+                        // (HTTP/1.1 graceful shutdown waits for it): drop it.
                         break;
                     }
-                    // A request got in before the shutdown: it finishes, then hyper closes.
+                    // A request got in before the shutdown: it finishes, then hyper closes;
+                    // the watchdog keeps watching it.
+                    timed_out = None;
+                    expired.set(activity.expired(limits));
                 }
             }
         }
     }
 }
 
-/// Requests in flight on one connection, and since when it has had none.
-#[derive(Clone)]
-struct Activity(Arc<watch::Sender<Busy>>);
+/// HTTP/2 receive windows, stream and connection (hyper's default).
+const H2_WINDOW: u32 = 1024 * 1024;
+/// Response bytes h2 buffers per stream (hyper's default).
+const H2_SEND_BUFFER: usize = 400 * 1024;
 
-#[derive(Clone, Copy)]
-struct Busy {
-    in_flight: usize,
-    /// When `in_flight` last became 0 (or the connection started).
-    idle_since: Instant,
-    /// Whether the connection has had a request.
-    served: bool,
-}
-
-/// One request in flight; dropped with its response body (or with the request, if the
-/// connection ends first).
-struct InFlight(Activity);
-
-impl Activity {
-    fn new() -> Activity {
-        Activity(Arc::new(watch::Sender::new(Busy {
-            in_flight: 0,
-            idle_since: Instant::now(),
-            served: false,
-        })))
-    }
-
-    fn begin(&self) -> InFlight {
-        self.0.send_modify(|b| {
-            b.in_flight += 1;
-            b.served = true;
-        });
-        InFlight(self.clone())
-    }
-
-    fn idle(&self) -> bool {
-        self.0.borrow().in_flight == 0
-    }
-
-    /// Resolves once the connection has had no request in flight for its allowance:
-    /// `header_read_timeout` from its start until its first request, `idle_timeout` after
-    /// each request's end.
-    fn expired(&self, limits: EdgeLimits) -> impl Future<Output = ()> + Send + 'static {
-        let mut rx = self.0.subscribe();
-        async move {
-            loop {
-                let busy = *rx.borrow_and_update();
-                if busy.in_flight > 0 {
-                    if rx.changed().await.is_err() {
-                        return std::future::pending().await;
-                    }
-                    continue;
-                }
-                let allowance = if busy.served {
-                    limits.idle_timeout
-                } else {
-                    limits.header_read_timeout
-                };
-                let deadline = busy.idle_since + allowance;
-                tokio::select! {
-                    () = tokio::time::sleep_until(deadline) => {
-                        if rx.borrow().in_flight == 0 {
-                            return;
-                        }
-                    }
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            return std::future::pending().await;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.0.send_modify(|b| {
-            b.in_flight = b.in_flight.saturating_sub(1);
-            if b.in_flight == 0 {
-                b.idle_since = Instant::now();
-            }
-        });
-    }
-}
-
-/// The router as one connection's hyper service: adds the peer address (`ConnectInfo`),
-/// bounds the request body's read time, and counts the request in flight until its
-/// response body is done.
+/// The router as one connection's hyper service: adds the peer address (`ConnectInfo`) and
+/// the body budgets, holds the request body's bytes against them and bounds its read time,
+/// and counts the request in flight until its response body is done.
 #[derive(Clone)]
 struct ConnService {
     router: Router,
     peer: SocketAddr,
-    body_timeout: Duration,
+    trusted: Arc<TrustedProxies>,
+    limits: EdgeLimits,
+    budgets: Arc<BodyBudgets>,
     activity: Activity,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+/// Bytes a body holds before its first byte is read: nothing if it is empty; its announced
+/// length, unless that is over `limit` (the route then refuses it unread); else the first
+/// [`FIRST_HOLD`] (a form's whole allowance), and more as it arrives ([`Metered`]).
+fn initial_hold(limit: u64, announced: Option<u64>, empty: bool) -> u64 {
+    match announced {
+        _ if empty => 0,
+        Some(n) if n > limit => 0,
+        Some(n) => n,
+        None => limit.min(FIRST_HOLD),
+    }
+}
+
+/// What a body of unknown length holds before it is read.
+const FIRST_HOLD: u64 = super::MAX_BODY as u64;
+
 impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Response = Response<Tracked>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+    /// Only ever `REFUSED_STREAM`, on HTTP/2: hyper resets the stream with the error's reason.
+    type Error = h2::Error;
+    type Future = BoxFuture<Result<Self::Response, h2::Error>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let in_flight = self.activity.begin();
-        let timeout = self.body_timeout;
-        let mut req = req.map(|b| Body::new(Deadline::new(b, timeout)));
+        let mcp = req.uri().path() == "/mcp";
+        let (limit, timeout) = body_rules(mcp, &self.limits);
+        let announced = req
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        // `/mcp` holds nothing until its caller is authenticated (`mcp.rs` then holds the
+        // announced length through `EdgeHold`): a stranger's unread body costs nothing.
+        let hold = if mcp {
+            0
+        } else {
+            initial_hold(limit, announced, http_body::Body::is_end_stream(req.body()))
+        };
+        let source = crate::limits::bucket_key(super::client_ip::resolve(
+            self.peer.ip(),
+            req.headers(),
+            &self.trusted,
+        ));
+        let held = match self.budgets.hold(Some(source), hold) {
+            Ok(h) => Arc::new(Mutex::new(h)),
+            Err(spent) => {
+                tracing::debug!(peer = %self.peer, ?spent, "body budget spent; refusing the request");
+                let version = req.version();
+                let limits = self.limits;
+                let activity = self.activity.clone();
+                return Box::pin(async move {
+                    let resp = refuse(version, budget_spent())?;
+                    Ok(resp.map(|b| Tracked::new(b, false, &limits, &activity, in_flight)))
+                });
+            }
+        };
+        let mut req = req.map(|b| {
+            Body::new(Deadline::new(
+                Metered {
+                    body: b,
+                    held: held.clone(),
+                    read: 0,
+                },
+                timeout,
+            ))
+        });
         req.extensions_mut().insert(ConnectInfo(self.peer));
+        req.extensions_mut().insert(self.budgets.clone());
+        req.extensions_mut().insert(EdgeHold(held.clone()));
+        let version = req.version();
         let router = self.router.clone();
+        let limits = self.limits;
+        let activity = self.activity.clone();
         Box::pin(async move {
             let resp = match router.oneshot(req).await {
                 Ok(r) => r,
                 Err(never) => match never {},
             };
-            Ok(resp.map(|body| Tracked {
-                body,
-                _in_flight: in_flight,
-            }))
+            // The handler is done with the body (the body itself may still hold it).
+            drop(held);
+            let resp = if resp.extensions().get::<Refused>().is_some() {
+                refuse(version, resp)?
+            } else {
+                resp
+            };
+            let event_stream = resp
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            Ok(resp.map(|body| Tracked::new(body, event_stream, &limits, &activity, in_flight)))
         })
     }
 }
 
-/// A response body that keeps its request counted as in flight until it is done.
-struct Tracked {
-    body: Body,
-    _in_flight: InFlight,
+/// A body's largest size and its read time on a route: `/mcp`'s, or every other route's
+/// (forms and registration).
+fn body_rules(mcp: bool, limits: &EdgeLimits) -> (u64, Duration) {
+    if mcp {
+        (super::MAX_MCP_BODY as u64, limits.body_read_timeout)
+    } else {
+        (super::MAX_BODY as u64, limits.form_body_read_timeout)
+    }
 }
 
-impl http_body::Body for Tracked {
+/// A refusal that processed nothing of the request: on HTTP/2 the stream is reset with
+/// `REFUSED_STREAM` (hyper resets it with the service error's reason; the client may retry it
+/// as is), on HTTP/1.1 `answer` is sent.
+fn refuse(version: http::Version, answer: Response<Body>) -> Result<Response<Body>, h2::Error> {
+    if version == http::Version::HTTP_2 {
+        return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+    }
+    Ok(answer)
+}
+
+/// HTTP/1.1's answer when the body budget is spent: 503 with `Retry-After`, and the
+/// connection closes (the body is not read).
+fn budget_spent() -> Response<Body> {
+    use crate::oauth::error::{ErrorCode, OAuthError};
+    let mut resp = super::error::oauth_json(&OAuthError::new(
+        ErrorCode::TemporarilyUnavailable,
+        "the server is holding too many request bodies; retry after the number of seconds in Retry-After",
+    ));
+    let headers = resp.headers_mut();
+    headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(1));
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// What a request's body holds against everyone's and its source's budget, for a handler
+/// that decides late how much to hold (`/mcp`, once its caller is authenticated).
+#[derive(Clone)]
+pub struct EdgeHold(Arc<Mutex<Held>>);
+
+impl EdgeHold {
+    /// A hold of its own, outside any request (for handlers' tests).
+    #[cfg(test)]
+    pub fn new(held: Held) -> EdgeHold {
+        EdgeHold(Arc::new(Mutex::new(held)))
+    }
+
+    /// Holds at least `bytes` in all, or says which budget is spent.
+    pub fn hold_at_least(&self, bytes: u64) -> Result<(), Spent> {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let more = bytes.saturating_sub(held.bytes());
+        held.grow(more)
+    }
+}
+
+/// Marks a handler's refusal that processed nothing of the request: on HTTP/2 the stream is
+/// reset with `REFUSED_STREAM` instead (the client may retry it as is), on HTTP/1.1 the
+/// response is sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Refused;
+
+/// The budget for request bodies was spent while this one arrived.
+#[derive(Debug, thiserror::Error)]
+#[error("too many request bodies are held; this one was not read in full")]
+pub struct BodyBudgetSpent(pub Spent);
+
+/// A request body holding its bytes against the budgets: what it announced (or a first
+/// [`FIRST_HOLD`]) before it was read, and more as more arrives.
+struct Metered<B> {
+    body: B,
+    held: Arc<Mutex<Held>>,
+    read: u64,
+}
+
+impl<B> http_body::Body for Metered<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
     type Data = Bytes;
-    type Error = axum::Error;
+    type Error = axum::BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::BoxError>>> {
+        let this = &mut *self;
+        let frame = match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => f,
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        if let Some(data) = frame.data_ref() {
+            this.read += data.len() as u64;
+            let mut held = this.held.lock().unwrap_or_else(|p| p.into_inner());
+            let more = this.read.saturating_sub(held.bytes());
+            if let Err(spent) = held.grow(more) {
+                return Poll::Ready(Some(Err(Box::new(BodyBudgetSpent(spent)))));
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -492,35 +617,73 @@ mod tests {
         assert!(err.is::<BodyTimedOut>(), "{err}");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_idle_connection_expires_after_its_allowance_and_not_while_busy() {
+    #[test]
+    fn a_body_holds_its_announcement_or_a_first_share_and_an_empty_one_nothing() {
+        let mcp = super::super::MAX_MCP_BODY as u64;
+        assert_eq!(initial_hold(mcp, Some(4_000_000), false), 4_000_000);
+        assert_eq!(initial_hold(mcp, None, false), FIRST_HOLD, "unknown length");
+        assert_eq!(initial_hold(mcp, Some(mcp + 1), false), 0, "refused unread");
+        assert_eq!(initial_hold(mcp, Some(100), true), 0, "empty");
+        assert_eq!(initial_hold(FIRST_HOLD, None, false), FIRST_HOLD);
+        assert_eq!(initial_hold(FIRST_HOLD, Some(10), false), 10);
+    }
+
+    #[test]
+    fn mcp_bodies_get_the_body_read_timeout_and_every_other_route_the_form_one() {
         let limits = EdgeLimits {
-            header_read_timeout: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
+            form_body_read_timeout: Duration::from_secs(10),
             ..EdgeLimits::default()
         };
-        let activity = Activity::new();
-        let start = Instant::now();
-        activity.expired(limits).await;
-        let waited = start.elapsed();
-        assert!(
-            waited >= Duration::from_secs(2) && waited < Duration::from_millis(2010),
-            "no first request: {waited:?}"
+        assert_eq!(
+            body_rules(true, &limits),
+            (4 * 1024 * 1024, Duration::from_secs(60))
         );
+        assert_eq!(
+            body_rules(false, &limits),
+            (64 * 1024, Duration::from_secs(10))
+        );
+    }
 
-        let activity = Activity::new();
-        let req = activity.begin();
-        let expired = tokio::spawn(activity.expired(limits));
-        tokio::time::sleep(Duration::from_secs(100)).await;
-        assert!(!expired.is_finished(), "busy connections never expire");
-        let done = Instant::now();
-        drop(req);
-        expired.await.unwrap();
-        let waited = done.elapsed();
-        assert!(
-            waited >= Duration::from_secs(10) && waited < Duration::from_millis(10_010),
-            "idle allowance: {waited:?}"
-        );
+    #[test]
+    fn a_refusal_is_refused_stream_on_http2_and_a_503_that_closes_on_http1() {
+        let err = refuse(http::Version::HTTP_2, budget_spent()).unwrap_err();
+        assert_eq!(err.reason(), Some(h2::Reason::REFUSED_STREAM));
+        let resp = refuse(http::Version::HTTP_11, budget_spent()).unwrap();
+        assert_eq!(resp.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[http::header::RETRY_AFTER], "1");
+        assert_eq!(resp.headers()[http::header::CONNECTION], "close");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_grows_past_the_budget_fails_and_gives_everything_back_when_dropped() {
+        let budgets = BodyBudgets::new(BodyCaps {
+            total: 100,
+            per_source: 10,
+            per_token: 10,
+            requests_per_token: 1,
+        });
+        let source = "192.0.2.1".parse().ok();
+        let held = Arc::new(Mutex::new(budgets.hold(source, 4).unwrap()));
+        let (mut tx, rx) = futures_channel_body();
+        let mut body = Metered {
+            body: rx,
+            held: held.clone(),
+            read: 0,
+        };
+        tx.send(Bytes::from_static(b"abc")).await;
+        assert!(body.frame().await.unwrap().is_ok(), "within what it holds");
+        tx.send(Bytes::from_static(b"defgh")).await;
+        assert!(body.frame().await.unwrap().is_ok(), "grows to 8");
+        assert_eq!(budgets.held_bytes(), 8);
+        tx.send(Bytes::from_static(b"ijk")).await;
+        let err = body.frame().await.unwrap().unwrap_err();
+        let spent = err.downcast_ref::<BodyBudgetSpent>().map(|s| s.0);
+        assert_eq!(spent, Some(Spent::Source), "{err}");
+        drop(body);
+        assert_eq!(budgets.held_bytes(), 8, "the handler still holds it");
+        drop(held);
+        assert_eq!(budgets.held_bytes(), 0);
     }
 
     /// A body fed by hand, frame by frame.
@@ -541,11 +704,11 @@ mod tests {
 
     impl http_body::Body for ChannelBody {
         type Data = Bytes;
-        type Error = Infallible;
+        type Error = std::convert::Infallible;
         fn poll_frame(
             mut self: Pin<&mut Self>,
             cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, std::convert::Infallible>>> {
             self.0
                 .poll_recv(cx)
                 .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
