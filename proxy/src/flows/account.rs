@@ -194,7 +194,7 @@ fn session_row(
 }
 
 /// `POST /account/end-session`: ends one session (branch) of one of the person's refresh
-/// families (`flows::token::end_branch`): its refresh and access tokens stop at once, the
+/// families (`flows::revoke::end_branch`): its refresh and access tokens stop at once, the
 /// client's other sessions go on. A session that is not the person's, is gone, or never was
 /// gets one 404 page and changes nothing.
 pub async fn end_session(app: &App, form: AccountForm<'_>) -> Result<&'static str, FlowError> {
@@ -209,9 +209,9 @@ pub async fn end_session(app: &App, form: AccountForm<'_>) -> Result<&'static st
         .ok_or(FlowError::Page(pages::BAD_REQUEST))?;
     let user = &s.record().user_id;
     let family_id = FamilyId::new(family);
-    match super::token::end_branch(app, user, &family_id, branch).await? {
-        super::token::BranchEnded::NotFound => Err(FlowError::Page(pages::SESSION_NOT_FOUND)),
-        super::token::BranchEnded::Ended(client_id, family_revoked) => {
+    match super::revoke::end_branch(app, user, &family_id, branch).await? {
+        super::revoke::BranchEnded::NotFound => Err(FlowError::Page(pages::SESSION_NOT_FOUND)),
+        super::revoke::BranchEnded::Ended(client_id, family_revoked) => {
             app.audit
                 .record(AuditEvent::RefreshBranchEnded {
                     user_id: user.clone(),

@@ -17,7 +17,7 @@ use crate::audit::{AuditEvent, verify::VerifyReport};
 use crate::bindings::consent_registry;
 use crate::clients::{ClientsError, cimd};
 use crate::crypto;
-use crate::flows::{github_access, revoke, token};
+use crate::flows::{github_access, revoke};
 use crate::github::grants::GitHubRevocation;
 use crate::ids::{ClientId, UserId};
 use crate::store::records::{CimdClientRecord, ClientRecord};
@@ -341,7 +341,7 @@ pub async fn delete_client(app: &App, _: &Operator, id: &ClientId) -> Result<Rev
     }
     let mut revoked = 0;
     for (_, client, fam) in families::index_all(app.store.as_ref()).await? {
-        if &client == id && token::revoke_family(app, &fam).await? {
+        if &client == id && revoke::revoke_family(app, &fam).await? {
             revoked += 1;
         }
     }

@@ -20,6 +20,10 @@ pub mod revoke;
 mod tests;
 pub mod token;
 
+/// Compare-and-swap attempts on one family or code tombstone before giving up under
+/// contention.
+const CAS_RETRIES: usize = 16;
+
 use crate::bindings::browser_state::StateError;
 use crate::crypto::CryptoError;
 use crate::github::client::GitHubError;

@@ -15,7 +15,7 @@ pub const APPROVAL_INPUT_KEY: &str = "tool_approval";
 pub const OWN_INPUT_KEYS: [&str; 2] = [INPUT_KEY, APPROVAL_INPUT_KEY];
 
 use super::ClientContext;
-use super::jsonrpc::Version;
+use crate::bindings::session_binding::Version;
 
 /// The error code of `URLElicitationRequiredError` (2025-11-25 only).
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;

@@ -10,7 +10,7 @@
 use super::fixture::{Browser, Client, Fixture, Options, Pkce, error_code, family_of};
 use crate::clock::Clock;
 use crate::flows::access::{self, TokenRejection};
-use crate::flows::token::{self, BranchEnded};
+use crate::flows::revoke::BranchEnded;
 use crate::ids::{AccessToken, RefreshToken, UserId};
 use crate::oauth::error::ErrorCode;
 use crate::oauth::grant::TokenResponse;
@@ -288,13 +288,13 @@ async fn ending_the_thiefs_branch_stops_its_tokens_and_keeps_the_victims() {
     let before = f.family(&id).await.unwrap();
     let thief_branch = before.branches[0].id;
     assert_eq!(
-        token::end_branch(&f.app, &UserId::github(2002), &id, thief_branch)
+        crate::flows::revoke::end_branch(&f.app, &UserId::github(2002), &id, thief_branch)
             .await
             .unwrap(),
         BranchEnded::NotFound
     );
     assert_eq!(
-        token::end_branch(&f.app, &before.user_id, &id, 99)
+        crate::flows::revoke::end_branch(&f.app, &before.user_id, &id, 99)
             .await
             .unwrap(),
         BranchEnded::NotFound
@@ -302,7 +302,7 @@ async fn ending_the_thiefs_branch_stops_its_tokens_and_keeps_the_victims() {
     assert_eq!(f.family(&id).await.unwrap(), before, "nothing changed");
 
     assert_eq!(
-        token::end_branch(&f.app, &before.user_id, &id, thief_branch)
+        crate::flows::revoke::end_branch(&f.app, &before.user_id, &id, thief_branch)
             .await
             .unwrap(),
         BranchEnded::Ended(before.client_id.clone(), false)
@@ -353,7 +353,9 @@ async fn the_stolen_copy_cannot_fork_again_once_its_branch_ended() {
         .unwrap();
     let id = family_of(&stolen);
     let user = f.family(&id).await.unwrap().user_id;
-    token::end_branch(&f.app, &user, &id, 0).await.unwrap();
+    crate::flows::revoke::end_branch(&f.app, &user, &id, 0)
+        .await
+        .unwrap();
     f.clock.advance(600);
     for token in [&stolen, &rt(&thief)] {
         assert_eq!(
@@ -421,7 +423,7 @@ async fn access_token_from_before_branches_still_works() {
         .await
         .unwrap();
     assert_eq!(access_state(&f, &t0).await, Ok(()));
-    crate::flows::token::revoke_family(&f.app, &family_of(&rt(&t0)))
+    crate::flows::revoke::revoke_family(&f.app, &family_of(&rt(&t0)))
         .await
         .unwrap();
     assert_eq!(access_state(&f, &t0).await, Err(TokenRejection::Revoked));

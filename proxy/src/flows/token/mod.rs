@@ -11,7 +11,7 @@
 mod authorization_code;
 mod client_auth;
 mod refresh;
-mod revoke;
+mod revocation;
 
 use std::net::IpAddr;
 
@@ -26,16 +26,15 @@ use crate::oauth::scope::ScopeSet;
 use crate::store::access_tokens;
 use crate::store::records::{AccessTokenRecord, FamilyRecord};
 
+use super::CAS_RETRIES;
+use super::revoke::revoke_family;
 pub use client_auth::authenticate_client;
-pub use revoke::{BranchEnded, end_branch, families_of, revoke, revoke_family, revoke_user_client};
+pub use revocation::revoke;
 
 const INVALID_GRANT: OAuthError = OAuthError::new(
     ErrorCode::InvalidGrant,
     "the code or refresh token is invalid, expired, revoked, or was issued to another client",
 );
-/// Compare-and-swap attempts on one family or code tombstone before giving up under
-/// contention.
-const CAS_RETRIES: usize = 16;
 
 /// Handles `/token`. `ip` and `user_agent` are the request's client IP and raw
 /// `User-Agent` header: the branch a refresh uses keeps them (the account page lists them).
