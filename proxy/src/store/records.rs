@@ -590,3 +590,36 @@ impl StandingCheck {
 fn explicit_by_default() -> bool {
     true
 }
+
+/// What never-used dynamic registrations hold of one budget (a source, its /48, or everyone),
+/// grouped by the hour their charges end (`clients::budget`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnusedBudgetRecord {
+    /// Live charges, by when they end; a bucket past its end no longer counts.
+    pub buckets: Vec<BudgetBucket>,
+}
+
+/// The charges of one budget that end in the same hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetBucket {
+    /// When they end (unix seconds, a whole hour): at or after each one's registration
+    /// expires.
+    pub until: u64,
+    /// How many registrations.
+    pub count: u32,
+    /// Their stored bytes.
+    pub bytes: u64,
+}
+
+/// What one dynamic registration charged to the budgets of never-used registrations, kept
+/// (under its client id) until its first use or its removal refunds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnusedChargeRecord {
+    /// The client IP it registered from (its /64 and /48 budgets are derived from it), if
+    /// known.
+    pub source: Option<std::net::IpAddr>,
+    /// The bucket charged.
+    pub until: u64,
+    /// The bytes charged.
+    pub bytes: u64,
+}
