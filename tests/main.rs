@@ -111,6 +111,7 @@ mod flows {
     mod account;
     mod consent_form;
     mod dcr;
+    mod form_action;
     mod github_app;
     mod happy_path;
     mod logs;
