@@ -41,10 +41,16 @@ async fn flow_started_on_one_replica_completes_on_another() {
     // The approval lands on B (the transaction lives in the database).
     let txn = page.hidden("txn").unwrap();
     let csrf = page.hidden("csrf").unwrap();
+    let proof = browser.consent_script_proof(&page).unwrap();
     let r = browser
         .post_form(
             &b.own_url("/consent"),
-            &[("txn", &txn), ("csrf", &csrf), ("decision", "approve")],
+            &[
+                ("txn", &txn),
+                ("csrf", &csrf),
+                ("decision", "approve"),
+                ("flow_proof", &proof),
+            ],
             &b.base,
             "same-origin",
         )

@@ -168,8 +168,8 @@ async fn registrations_with_the_initial_access_token_are_not_charged() {
 /// its `client_registered` audit event (key and row), within a few hundred bytes.
 #[tokio::test]
 async fn charged_bytes_cover_what_a_registration_stores() {
-    use mcp_oauth_proxy::store::records::UnusedBudgetRecord;
     use mcp_oauth_proxy::store::StoreExt as _;
+    use mcp_oauth_proxy::store::records::UnusedBudgetRecord;
 
     let proxy = behind_trusted_proxy(BUDGETS).await;
     let store = proxy.app.store.as_ref();

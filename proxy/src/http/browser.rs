@@ -114,22 +114,63 @@ pub async fn callback(
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
-    let flow_cookie = cookies::read(&headers, cookies::FLOW_COOKIE);
-    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let request = callback::CallbackRequest::FromGitHub {
+        raw_query: q.as_deref().unwrap_or_default(),
+    };
+    callback_response(&app, &headers, request).await
+}
+
+/// `POST /callback/github`: the finish page's answer.
+pub async fn callback_finish(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let request = callback::CallbackRequest::Finish {
+        body: form(&body)?,
+        sec_fetch_site: header_str(&headers, "sec-fetch-site"),
+        origin: header_str(&headers, "origin"),
+    };
+    callback_response(&app, &headers, request).await
+}
+
+async fn callback_response(
+    app: &App,
+    headers: &HeaderMap,
+    request: callback::CallbackRequest<'_>,
+) -> Result<Response, PageError> {
+    let flow_cookie = cookies::read(headers, cookies::FLOW_COOKIE);
+    let session = cookies::read(headers, cookies::SESSION_COOKIE);
+    let csrf_cookie = cookies::read(headers, cookies::CSRF_COOKIE);
     let out = callback::github_callback(
-        &app,
-        q.as_deref().unwrap_or_default(),
-        flow_cookie.as_deref(),
-        session.as_deref(),
+        app,
+        callback::CallbackInput {
+            request,
+            flow_cookie: flow_cookie.as_deref(),
+            session_cookie: session.as_deref(),
+            csrf_cookie: csrf_cookie.as_deref(),
+        },
     )
     .await?;
     let resp = match out.next {
+        // 303: never re-POST the finish form (RFC 9700 §4.12).
         callback::Next::Redirect(to) => Redirect::to(&to).into_response(),
         callback::Next::Page(title, message) => render(consent_ui::MessagePage {
             title: title.to_owned(),
             message,
         })
         .into_response(),
+        callback::Next::Finish(p) => {
+            // Its form is answered with a redirect to the client (`headers`).
+            let csp = page_csp(
+                PageScript::Finish,
+                &FormTargets::own_origin().redirecting_to(&p.redirect_uri),
+            );
+            let mut resp = render(*p).into_response();
+            resp.headers_mut()
+                .insert(header::CONTENT_SECURITY_POLICY, csp);
+            resp
+        }
     };
     Ok(with_cookies(resp, &out.set_cookies))
 }

@@ -1,5 +1,5 @@
 //! Security headers on every response, in one place: a strict CSP (no scripts but the consent
-//! page's one, by hash; no framing; styles only from our stylesheet; forms only to where they
+//! and finish pages' own, by hash; no framing; styles only from our stylesheet; forms only to where they
 //! lead), `X-Frame-Options: DENY`, `nosniff`, a `same-origin` referrer policy (no URL ever
 //! leaves the origin in a `Referer`; `no-referrer` would make browsers send `Origin: null` on our
 //! own form POSTs, defeating the same-origin check), and `no-store` unless a handler chose
@@ -9,8 +9,8 @@
 //! POST, not only to the form's own target, so a page whose forms are answered with a redirect
 //! elsewhere lists exactly those destinations ([`FormTargets`]): the consent and confirmation
 //! pages GitHub's authorize origin (Approve) and the client's redirect URI (Deny, and the
-//! callback's redirect when GitHub answers at once), the connect and approval pages GitHub's.
-//! Any other page's forms stay on `'self'`.
+//! callback's redirect when GitHub answers at once), the finish page the client's redirect
+//! URI, the connect and approval pages GitHub's. Any other page's forms stay on `'self'`.
 //!
 //! HSTS is sent whenever the public URL is https, whether TLS ends here or at a load balancer
 //! in front: the proxy is then reachable only over https by configuration, and browsers ignore
@@ -25,15 +25,18 @@ pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; fra
 /// The script a page runs (allowed by its hash, and nothing else).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PageScript {
-    /// `consent_ui::CONSENT_SCRIPT`: the consent page's held buttons (also on the confirmation,
-    /// connect and approval pages).
+    /// `consent_ui::CONSENT_SCRIPT`: the consent page's held buttons and the value it keeps
+    /// for the return from GitHub (also on the confirmation, connect and approval pages).
     Consent,
+    /// `consent_ui::FINISH_SCRIPT`: the finish page hands that value back.
+    Finish,
 }
 
 impl PageScript {
     fn source(self) -> &'static str {
         match self {
             PageScript::Consent => consent_ui::CONSENT_SCRIPT_CSP_SOURCE,
+            PageScript::Finish => consent_ui::FINISH_SCRIPT_CSP_SOURCE,
         }
     }
 }
@@ -146,6 +149,11 @@ mod tests {
         assert!(csp.contains("frame-ancestors 'none'"));
         assert!(!CSP.contains("script-src"), "other pages run no script");
         assert_eq!(directive(CSP, "form-action"), "form-action 'self'");
+        let v = page_csp(PageScript::Finish, &FormTargets::own_origin());
+        assert_eq!(
+            directive(v.to_str().unwrap(), "script-src"),
+            format!("script-src {}", consent_ui::FINISH_SCRIPT_CSP_SOURCE)
+        );
     }
 
     #[test]

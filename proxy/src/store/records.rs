@@ -130,6 +130,24 @@ pub struct UpstreamStateRecord {
     pub pkce_verifier: PkceVerifier,
     /// When it was created.
     pub created_at: UnixTime,
+    /// How the browser coming back from GitHub shows it is the one that approved, beyond the
+    /// flow cookie (`bindings::browser_state`): set for authorizations, absent for sign-ins
+    /// and connect links (and in records written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_check: Option<ReturnCheck>,
+}
+
+/// The return check of an authorization (see `bindings::browser_state`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReturnCheck {
+    /// Hash of the value the approving page kept in its own storage (`flow_proof`); `None`
+    /// when it sent none (no JavaScript), so the returning browser must confirm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_proof: Option<String>,
+    /// When the finish page was last shown to the returning browser (milliseconds of the
+    /// injected clock); its Approve counts only a moment after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_shown_at_ms: Option<u64>,
 }
 
 impl UpstreamStateRecord {
