@@ -116,6 +116,7 @@ mod flows {
     mod branches;
     mod consent_form;
     mod dcr;
+    mod form_action;
     mod github_app;
     mod happy_path;
     mod logs;

@@ -41,10 +41,16 @@ async fn flow_started_on_one_replica_completes_on_another() {
     // The approval lands on B (the transaction lives in the database).
     let txn = page.hidden("txn").unwrap();
     let csrf = page.hidden("csrf").unwrap();
+    let proof = browser.consent_script_proof(&page).unwrap();
     let r = browser
         .post_form(
             &b.own_url("/consent"),
-            &[("txn", &txn), ("csrf", &csrf), ("decision", "approve")],
+            &[
+                ("txn", &txn),
+                ("csrf", &csrf),
+                ("decision", "approve"),
+                ("flow_proof", &proof),
+            ],
             &b.base,
             "same-origin",
         )
@@ -467,4 +473,45 @@ async fn replica_that_lost_its_cache_listener_still_honours_a_revocation_at_once
         "B answered a revoked token from its cache: {msg}"
     );
     assert_eq!(b.backend().requests().len(), before);
+}
+
+/// The budget of never-used registrations is one budget whichever replica a registration
+/// reaches: eight registrations from one address at once, split between two replicas, with
+/// room for three, leave exactly three stored; the others are refused with 429 `slow_down`.
+#[tokio::test]
+async fn never_used_registration_budget_is_shared_by_replicas() {
+    if !postgres_available().await {
+        return;
+    }
+    let opts = |replica_of| Options {
+        postgres: true,
+        replica_of,
+        server_toml: "trusted_proxies = [\"127.0.0.1\"]".to_owned(),
+        extra_toml: "[registration]\nmax_unused_per_source = 3\n".to_owned(),
+        ..Options::default()
+    };
+    let a = TestProxy::start_with(opts(None)).await;
+    let b = TestProxy::start_with(opts(Some(a.replica.clone()))).await;
+    let calls = (0..8).map(|i| {
+        let url = if i % 2 == 0 { &a } else { &b }.own_url("/register");
+        async move {
+            crate::support::http()
+                .post(url)
+                .header("x-forwarded-for", "198.51.100.40")
+                .json(&serde_json::json!({
+                    "client_name": format!("Tool {i}"),
+                    "redirect_uris": [format!("https://tool{i}.example/cb")],
+                    "token_endpoint_auth_method": "none",
+                }))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    let mut statuses = futures_util::future::join_all(calls).await;
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 201, 201, 429, 429, 429, 429, 429]);
+    assert_eq!(a.count(mcp_oauth_proxy::store::Keyspace::Clients).await, 3);
 }

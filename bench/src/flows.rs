@@ -288,12 +288,20 @@ pub async fn flow(
     let txn = page.hidden("txn").expect("txn");
     let csrf = page.hidden("csrf").expect("csrf");
 
+    // What the consent page's script adds (the value it keeps in the origin's session storage;
+    // the finish page's script hands it back below).
+    let flow_proof = mcp_oauth_proxy::crypto::random_token().expect("random");
     let t = now();
     let approved = post_form(
         http,
         &mut jar,
         &proxy.url("/consent"),
-        &[("txn", &txn), ("csrf", &csrf), ("decision", "approve")],
+        &[
+            ("txn", &txn),
+            ("csrf", &csrf),
+            ("decision", "approve"),
+            ("flow_proof", &flow_proof),
+        ],
         &proxy.base,
     )
     .await;
@@ -306,11 +314,14 @@ pub async fn flow(
     steps.github = ns_since(t);
 
     let t = now();
+    let back = back.location.expect("back from GitHub");
+    let finish = navigate(http, &mut jar, &back, "cross-site").await;
+    assert_eq!(finish.status, 200, "finish page: {}", finish.body);
     let cb = navigate(
         http,
         &mut jar,
-        &back.location.expect("back from GitHub"),
-        "cross-site",
+        &format!("{back}&flow_proof={flow_proof}"),
+        "same-origin",
     )
     .await;
     steps.callback = ns_since(t);

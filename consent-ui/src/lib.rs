@@ -1,13 +1,16 @@
 //! Server-rendered pages of mcp-oauth-proxy: the per-client consent page, error and message
 //! pages, and the account page. Enforces the *content* half of the "Consent page content"
 //! binding (docs/DESIGN.md §3): every value is autoescaped by askama, and pages need no inline
-//! style, so they run under `default-src 'none'; style-src 'self'`. The one script is the
-//! consent page's [`CONSENT_SCRIPT`] (static text, allowed by its hash
-//! [`CONSENT_SCRIPT_CSP_SOURCE`] and nothing else): its buttons act only once the page has been
-//! visible and focused for a moment, so a double-click begun on another site cannot land on
-//! Approve (double-clickjacking). Without JavaScript, approval takes a confirmation page
-//! ([`ConsentConfirmPage`]) that the server times. The pages behind links ([`ConnectPage`],
-//! [`ApprovePage`]) hold their buttons with the same script and the same confirmation step.
+//! style, so they run under `default-src 'none'; style-src 'self'`. The consent page's script
+//! [`CONSENT_SCRIPT`] (static text, allowed by its hash [`CONSENT_SCRIPT_CSP_SOURCE`] and
+//! nothing else): its buttons act only once the page has been visible and focused for a
+//! moment, so a double-click begun on another site cannot land on Approve (double-clickjacking),
+//! and Approve keeps a value in the origin's session storage for the return from GitHub.
+//! Without JavaScript, approval takes a confirmation page ([`ConsentConfirmPage`]) that the
+//! server times. The pages behind links ([`ConnectPage`], [`ApprovePage`]) hold their buttons
+//! with the same script and the same confirmation step. The finish page's script
+//! [`FINISH_SCRIPT`] hands the stored value back; a browser without it confirms on the
+//! [`FinishPage`], timed by the server too.
 //!
 //! This crate does no I/O, crypto, cookies or time. View structs carry display-safe,
 //! pre-formatted strings; the proxy decides what they say ("registered 3 minutes ago") and sets
@@ -49,7 +52,15 @@ pub const CONSENT_SCRIPT: &str = include_str!("../templates/consent.js");
 /// The CSP source that allows [`CONSENT_SCRIPT`] and no other script:
 /// `'sha256-<base64 of SHA-256 of the script text>'`. A unit test recomputes it, and the
 /// proxy's consent-page CSP is checked to carry it.
-pub const CONSENT_SCRIPT_CSP_SOURCE: &str = "'sha256-Zw/49SQDv/FhPq4kjA2EKMTqeN9EUjhb3vQNaa+wPdQ='";
+pub const CONSENT_SCRIPT_CSP_SOURCE: &str = "'sha256-4f2H8Sa39iekckyzTQmYJ6tQYiQmpDX8Q6xz4upxxgE='";
+
+/// The finish page's only script: back from GitHub, it hands back the value the consent page's
+/// script kept in this origin's session storage (once, as `flow_proof`), so the browser that
+/// approved goes on without a second question; without one the page stays and asks.
+pub const FINISH_SCRIPT: &str = include_str!("../templates/finish.js");
+
+/// The CSP source that allows [`FINISH_SCRIPT`] and no other script.
+pub const FINISH_SCRIPT_CSP_SOURCE: &str = "'sha256-VyZzhffwaUKvT9qBwQcz1VPc8VSuv/67XqyTbkL1nr8='";
 
 /// How long the consent page must have been visible and focused before its buttons act, in
 /// milliseconds (the value of `DELAY_MS` in [`CONSENT_SCRIPT`]).
@@ -158,6 +169,55 @@ impl fmt::Debug for ConsentConfirmPage {
             .field("redirect_uri", &self.redirect_uri)
             .field("too_soon", &self.too_soon)
             .field("txn", &REDACTED)
+            .field("csrf", &REDACTED)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The finish page: GitHub sent a browser back to complete an authorization, but the browser
+/// did not show the value the approving consent page kept (no JavaScript, or not the browser
+/// that approved: someone may have put their own flow cookie into it). The person confirms here,
+/// in this browser, what is being completed; the server refuses an Approve within a short
+/// moment of showing it.
+///
+/// `Debug` redacts `state`, `code` and `csrf`.
+#[derive(Clone, Template)]
+#[template(path = "finish.html")]
+pub struct FinishPage {
+    /// The client name as registered; autoescaped.
+    pub client_name: String,
+    /// Shown small, monospace.
+    pub client_id: String,
+    /// The exact redirect URI, shown in full.
+    pub redirect_uri: String,
+    /// `true`: the previous Approve came too soon; a warning says so.
+    pub too_soon: bool,
+    /// The form's `action`, `/callback/github`.
+    pub form_action: String,
+    /// Hidden input `state`: the upstream state GitHub sent back.
+    pub state: String,
+    /// Hidden input `code`: GitHub's code.
+    pub code: String,
+    /// Hidden input `csrf`.
+    pub csrf: String,
+}
+
+impl FinishPage {
+    /// [`FINISH_SCRIPT`], for the template (emitted unescaped: it is a constant).
+    fn script(&self) -> &'static str {
+        FINISH_SCRIPT
+    }
+}
+
+impl fmt::Debug for FinishPage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FinishPage")
+            .field("client_name", &self.client_name)
+            .field("client_id", &self.client_id)
+            .field("redirect_uri", &self.redirect_uri)
+            .field("too_soon", &self.too_soon)
+            .field("state", &REDACTED)
+            .field("code", &REDACTED)
             .field("csrf", &REDACTED)
             .finish_non_exhaustive()
     }
@@ -626,7 +686,60 @@ mod tests {
             ("account", account.render().unwrap()),
             ("held-connect", connect_page(false).render().unwrap()),
             ("connect-confirm", connect_page(true).render().unwrap()),
+            ("finish", finish_page().render().unwrap()),
         ]
+    }
+
+    fn finish_page() -> FinishPage {
+        FinishPage {
+            client_name: "<b>Evil</b> & Co".to_owned(),
+            client_id: "c1".to_owned(),
+            redirect_uri: "https://app.example/cb?a=1&b=\"2\"".to_owned(),
+            too_soon: true,
+            form_action: "/callback/github".to_owned(),
+            state: "state-value-1".to_owned(),
+            code: "code-value-2\"><x".to_owned(),
+            csrf: "csrf-value-3".to_owned(),
+        }
+    }
+
+    #[test]
+    fn finish_page_escapes_everything_and_carries_its_script_by_hash() {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(FINISH_SCRIPT.as_bytes());
+        let b64 = base64::engine::general_purpose::STANDARD.encode(digest);
+        assert_eq!(FINISH_SCRIPT_CSP_SOURCE, format!("'sha256-{b64}'"));
+        let html = finish_page().render().unwrap();
+        assert_eq!(
+            html.matches(&format!("<script>{FINISH_SCRIPT}</script>"))
+                .count(),
+            1
+        );
+        assert!(
+            html.contains("&#60;b&#62;Evil&#60;/b&#62; &#38; Co"),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"name="code" value="code-value-2&#34;&#62;&#60;x""#),
+            "{html}"
+        );
+        assert!(html.contains("That click came too soon"));
+        assert!(html.contains(r#"name="decision" value="approve""#));
+        let dbg = format!("{:?}", finish_page());
+        for secret in ["state-value-1", "code-value-2", "csrf-value-3"] {
+            assert!(!dbg.contains(secret), "{dbg}");
+        }
+        // The script hands the stored value back once and never loops.
+        for needle in [
+            "params.has(FIELD)",
+            "window.sessionStorage.removeItem(KEY)",
+            "window.location.replace(",
+            r#"var KEY = "mcp-oauth-proxy.flow-proof";"#,
+        ] {
+            assert!(FINISH_SCRIPT.contains(needle), "{needle}");
+        }
+        assert!(CONSENT_SCRIPT.contains(r#""mcp-oauth-proxy.flow-proof""#));
     }
 
     fn approve_page(confirm: bool) -> ApprovePage {
@@ -886,6 +999,10 @@ mod tests {
             let html = if held {
                 assert_eq!(html.matches(&script_element()).count(), 1, "{name}");
                 html.replace(&script_element(), "")
+            } else if name == "finish" {
+                let finish = format!("<script>{FINISH_SCRIPT}</script>");
+                assert_eq!(html.matches(&finish).count(), 1, "{name}");
+                html.replace(&finish, "")
             } else {
                 html
             };

@@ -52,10 +52,35 @@
   window.addEventListener("blur", check);
   window.addEventListener("pageshow", restart);
   document.addEventListener("visibilitychange", check);
+  // The browser-bound return: a random value kept in this origin's own session storage and
+  // sent with the decision; when GitHub sends this browser back, the callback page sends it
+  // again. Another port of this host can put cookies into this browser, but can neither read
+  // nor write this origin's storage. Without storage the callback asks for a confirmation.
+  var proof = document.getElementById("flow-proof");
+  function keepProof() {
+    if (!proof) {
+      return;
+    }
+    try {
+      var bytes = new Uint8Array(32);
+      window.crypto.getRandomValues(bytes);
+      var text = "";
+      for (var i = 0; i < bytes.length; i++) {
+        text += String.fromCharCode(bytes[i]);
+      }
+      var value = btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+      window.sessionStorage.setItem("mcp-oauth-proxy.flow-proof", value);
+      proof.value = value;
+    } catch (e) {
+      proof.value = "";
+    }
+  }
   form.addEventListener("submit", function (event) {
     if (!armed) {
       event.preventDefault();
+      return;
     }
+    keepProof();
   });
   setInterval(check, 100);
   check();

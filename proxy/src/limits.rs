@@ -280,7 +280,7 @@ pub fn bucket_key(ip: IpAddr) -> IpAddr {
 }
 
 /// The /48 bucket key for an IPv6 address; IPv4 (and IPv4-mapped) addresses have none.
-fn wide_key(ip: IpAddr) -> Option<IpAddr> {
+pub fn wide_key(ip: IpAddr) -> Option<IpAddr> {
     match ip.to_canonical() {
         IpAddr::V6(v6) => Some(IpAddr::V6((u128::from(v6) & !((1u128 << 80) - 1)).into())),
         IpAddr::V4(_) => None,

@@ -152,10 +152,17 @@ pub(super) async fn op_flow(ctx: &Ctx, a: usize, rng: &mut Rng) -> Out<()> {
             ctx.m().stats.consent_pages += 1;
             let txn = page.hidden("txn").unwrap_or_default();
             let csrf = page.hidden("csrf").unwrap_or_default();
+            // What the consent page's script sends, and the finish page's hands back.
+            let proof = mcp_oauth_proxy::crypto::random_token().unwrap();
             let r = ctx
                 .post_form(
                     &ctx.url("/consent"),
-                    &[("txn", &txn), ("csrf", &csrf), ("decision", "approve")],
+                    &[
+                        ("txn", &txn),
+                        ("csrf", &csrf),
+                        ("decision", "approve"),
+                        ("flow_proof", &proof),
+                    ],
                     Some(&jar),
                     &ctx.base,
                 )
@@ -168,6 +175,7 @@ pub(super) async fn op_flow(ctx: &Ctx, a: usize, rng: &mut Rng) -> Out<()> {
                 return Ok(());
             };
             let back = through_github(ctx, &jar, &github, login).await?;
+            let back = format!("{back}&flow_proof={proof}");
             let cb = match ctx.navigate(&back, Some(&jar), "cross-site").await {
                 Ok(cb) => cb,
                 Err(Fail::NotSent) => return Err(Fail::NotSent),

@@ -35,6 +35,7 @@ import {
     runMain,
     screenshot,
     startCallbackServer,
+    waitForRedirectUri,
     withTimeout
 } from './lib.mjs';
 
@@ -143,6 +144,7 @@ async function consentAndCookies(browser, clientId, callback) {
     if ((await page.title()) === 'Authorize application') {
         await clickAndWait(page, 'button[name="decision"][value="approve"]', "GitHub's consent page");
     }
+    await waitForRedirectUri(page, callback.redirectUri);
     check(page.url().startsWith(callback.redirectUri), `ended at the redirect URI, at ${redact(page.url())}`);
     const params = await withTimeout(callback.callback, 10_000, 'the redirect to the callback server');
     check(params.state === state, 'state came back unchanged');

@@ -16,7 +16,8 @@
 // 3. After the wait, one click approves: the fake GitHub, then the client's redirect URI.
 // 4. With JavaScript off, the page offers Continue (no Approve); the confirmation page it leads
 //    to refuses an Approve clicked right after it appeared (shown again, "too soon"), and takes
-//    one clicked after a second.
+//    one clicked after a second. Back from GitHub, nothing kept the approving page's value, so
+//    the finish page asks again, under the same rule.
 //
 // stdout: one JSON line with what was observed (counts of POSTs to /consent at each step).
 
@@ -34,6 +35,7 @@ import {
     redact,
     runMain,
     waitForConsentButtons,
+    waitForRedirectUri,
     withTimeout
 } from './lib.mjs';
 
@@ -226,14 +228,30 @@ async function withScript(browser, clientId, callback) {
     };
 }
 
-async function finishAtGitHub(page, callback) {
+/**
+ * GitHub's account picker and consent, then back through the proxy's callback. With JavaScript
+ * the finish page goes on by itself; without (`noScript`), it stays and asks: an Approve right
+ * away is refused ("too soon"), one a second later (on the server's clock) goes through.
+ * Returns whether the finish page refused the early Approve (null with JavaScript).
+ */
+async function finishAtGitHub(page, callback, { noScript = false } = {}) {
     await clickAndWait(page, `button[name="login"][value="${login}"]`, "the fake GitHub's account picker");
     if ((await page.title()) === 'Authorize application') {
         await clickAndWait(page, 'button[name="decision"][value="approve"]', "GitHub's consent page");
     }
+    let finishTooSoon = null;
+    if (noScript) {
+        check((await page.title()).startsWith('Finish authorization'), `finish page expected, got ${await page.title()}`);
+        await clickAndWait(page, CONSENT_APPROVE, 'the finish page, at once', { sameUrl: true });
+        finishTooSoon = (await page.locator('body').innerText()).includes('That click came too soon');
+        await advanceServerClock(1_000);
+        await clickAndWait(page, CONSENT_APPROVE, 'the finish page, after a second');
+    }
+    await waitForRedirectUri(page, callback.redirectUri);
     check(page.url().startsWith(callback.redirectUri), `ended at the redirect URI, at ${redact(page.url())}`);
     const params = await withTimeout(callback.next(), 10_000, 'the redirect to the callback server');
     check(typeof params.code === 'string', 'a code reached the client');
+    return finishTooSoon;
 }
 
 /** Part 4, with JavaScript off. */
@@ -258,9 +276,14 @@ async function withoutScript(browser, clientId, callback) {
     await advanceServerClock(1_000);
     await clickAndWait(page, CONSENT_APPROVE, 'the confirmation page, after a second');
     check((await page.title()).startsWith('Sign in to GitHub'), `GitHub account picker expected, got ${await page.title()}`);
-    await finishAtGitHub(page, callback);
+    const finishTooSoon = await finishAtGitHub(page, callback, { noScript: true });
     await context.close();
-    return { script_buttons_visible: scriptButtonsVisible, too_soon_refused: tooSoon, consent_posts: posts.length };
+    return {
+        script_buttons_visible: scriptButtonsVisible,
+        too_soon_refused: tooSoon,
+        finish_too_soon_refused: finishTooSoon,
+        consent_posts: posts.length
+    };
 }
 
 /** A callback server whose `next()` resolves with each redirect's parameters in turn. */

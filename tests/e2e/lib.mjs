@@ -216,6 +216,16 @@ export async function clickAndWait(page, selector, what, { sameUrl = false } = {
     log(`clicked ${shown} on ${what}; ${(await Promise.all(posts)).join('; ')}; now at ${redact(page.url())} "${await page.title()}"`);
 }
 
+/**
+ * Back from GitHub, waits until the browser is at `redirectUri`. The proxy's callback first
+ * answers with its finish page, whose script hands back the value the consent page kept in
+ * the origin's session storage and goes on at once (browser-bound return); only a browser
+ * without that value stays there and is asked to confirm.
+ */
+export async function waitForRedirectUri(page, redirectUri) {
+    await page.waitForURL(u => u.href.startsWith(redirectUri), { timeout: 20_000, waitUntil: 'commit' });
+}
+
 /** A URL with its query values elided (codes and states are not for logs). */
 export function redact(href) {
     try {
@@ -379,6 +389,7 @@ export async function approveAuthorizationIn(page, authorizationUrl, { login, cl
         if ((await page.title()) === 'Authorize application') {
             await clickAndWait(page, 'button[name="decision"][value="approve"]', "GitHub's consent page");
         }
+        await waitForRedirectUri(page, redirectUri);
         check(
             page.url().startsWith(redirectUri),
             `browser should end at the client's redirect URI, is at ${redact(page.url())}`

@@ -907,6 +907,8 @@ async fn consent_buttons_do_nothing_until_the_page_has_been_seen() {
     let plain = &r["without_script"];
     assert_eq!(plain["script_buttons_visible"], false, "{plain}");
     assert_eq!(plain["too_soon_refused"], true, "{plain}");
+    // Back from GitHub without the approving page's value: the finish page, same rule.
+    assert_eq!(plain["finish_too_soon_refused"], true, "{plain}");
     // Continue, the refused Approve, the accepted one.
     assert_eq!(plain["consent_posts"], 3, "{plain}");
 
@@ -1085,4 +1087,104 @@ fn picker_requests(proxy: &TestProxy) -> usize {
         .filter(|r| r.path() == "/login/oauth/authorize")
         .filter(|r| r.path_and_query.contains("prompt=select_account"))
         .count()
+}
+
+/// The issue's `form-action` requirement, in Chromium (`consent_form_action.mjs`), which
+/// applies `form-action` to the redirects after a form POST: the consent page lists exactly
+/// GitHub and this request's redirect URI, so Deny still reaches a loopback redirect on its
+/// request-time port (127.0.0.1 and `[::1]`) and a private-use-scheme one, Approve still reaches
+/// GitHub, and a form pointed anywhere else is blocked.
+#[tokio::test]
+async fn consent_form_action_lets_approve_and_deny_through_and_blocks_other_destinations() {
+    if !prerequisites_present(
+        "consent_form_action_lets_approve_and_deny_through_and_blocks_other_destinations",
+    ) {
+        return;
+    }
+    let proxy = TestProxy::start().await;
+    let run = run_node("consent_form_action.mjs", &["--base", &proxy.base]).await;
+    let r = run.assert_ok("consent_form_action.mjs");
+    let github = proxy.github.base_url();
+
+    for (key, source) in [
+        ("deny_loopback", "http://127.0.0.1:"),
+        ("deny_ipv6_loopback", "http:"),
+        ("deny_private_scheme", "com.example.e2e:"),
+    ] {
+        let d = &r[key];
+        let fa = d["form_action"].as_str().unwrap();
+        assert!(
+            fa.starts_with(&format!("form-action 'self' {github} {source}")),
+            "{key}: {fa}"
+        );
+        assert_eq!(d["csp_violations"], 0, "{key}: {d}");
+    }
+    assert_eq!(r["deny_loopback"]["error"], "access_denied");
+    assert_eq!(r["deny_loopback"]["code"], Value::Null);
+    assert_eq!(r["deny_ipv6_loopback"]["error"], "access_denied");
+    let scheme = &r["deny_private_scheme"];
+    assert_eq!(scheme["followed"], true, "{scheme}");
+    assert_eq!(scheme["redirected_by"], 303, "{scheme}");
+    assert_eq!(scheme["error"], "access_denied", "{scheme}");
+    assert_eq!(scheme["state_matches"], true, "{scheme}");
+
+    let approve = &r["approve"];
+    assert!(
+        approve["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("Sign in to GitHub"),
+        "{approve}"
+    );
+    assert_eq!(approve["csp_violations"], 0, "{approve}");
+
+    let injected = &r["injected_form"];
+    assert_eq!(injected["hits_elsewhere"], 0, "{injected}");
+    assert_eq!(injected["stayed_at_the_proxy"], true, "{injected}");
+    assert!(
+        injected["violation"]
+            .as_str()
+            .unwrap()
+            .contains("form-action"),
+        "{injected}"
+    );
+
+    let events = audit(&proxy).await;
+    assert_eq!(count_events(&events, "consent_denied"), 3, "{events:?}");
+    assert_eq!(count_events(&events, "code_issued"), 0, "{events:?}");
+}
+
+/// The review's cookie-tossing Low, in Chromium (`tossed_cookie.mjs`): a page on another port of
+/// 127.0.0.1 sets `__Host-mcp-flow` over plain HTTP and Chromium sends it to the proxy's port;
+/// GitHub sends the victim straight back with her code and the attacker's state. The proxy
+/// answers with the finish page and stays there: no code, no GitHub exchange, nothing at the
+/// attacker's redirect URI.
+#[tokio::test]
+async fn tossed_flow_cookie_in_chromium_reaches_only_the_finish_page() {
+    if !prerequisites_present("tossed_flow_cookie_in_chromium_reaches_only_the_finish_page") {
+        return;
+    }
+    let proxy = TestProxy::start().await;
+    let run = run_node("tossed_cookie.mjs", &["--base", &proxy.base]).await;
+    let r = run.assert_ok("tossed_cookie.mjs");
+    let t = &r["tossed"];
+    // The attack's premise holds in Chromium: the other port's cookie reached the proxy.
+    assert_eq!(t["cookie_accepted_for_proxy"], true, "{t}");
+    assert_eq!(t["at_proxy_callback"], true, "{t}");
+    assert_eq!(
+        t["final_title"], "Finish authorization · MCP OAuth Proxy",
+        "{t}"
+    );
+    assert_eq!(t["names_mallorys_client"], "Triage Helper", "{t}");
+    assert_eq!(t["reached_mallorys_redirect"], 0, "{t}");
+    // Alice's own authorization: one code and one GitHub exchange; Mallory's: none.
+    let events = audit(&proxy).await;
+    assert_eq!(count_events(&events, "code_issued"), 1, "{events:?}");
+    assert_eq!(count_events(&events, "consent_recorded"), 1, "{events:?}");
+    assert_eq!(proxy.github.token_requests(), 1);
+    assert_eq!(
+        proxy.count(Keyspace::UpstreamStates).await,
+        1,
+        "Mallory's waits, unused"
+    );
 }

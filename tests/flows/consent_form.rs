@@ -88,9 +88,13 @@ async fn consent_page_cannot_be_framed_and_is_not_cached() {
     let csp = page.headers["content-security-policy"].to_str().unwrap();
     assert!(csp.contains("frame-ancestors 'none'"));
     assert!(csp.contains("default-src 'none'"));
+    // Exactly where the form's answers lead: GitHub (Approve), the client (Deny).
     assert!(
-        !csp.contains("form-action"),
-        "consent CSP must not restrict the approval redirect"
+        csp.ends_with(&format!(
+            "; form-action 'self' {} https://app.example",
+            proxy.github.base_url()
+        )),
+        "{csp}"
     );
     assert_eq!(page.headers["cache-control"], "no-store");
     // same-origin, not no-referrer: with no-referrer Chromium sends `Origin: null` on our own
@@ -207,7 +211,14 @@ async fn approve_right_after_the_confirmation_page_is_refused_then_works_after_t
     assert!(confirm.body.contains("https://app.example/callback"));
     assert_eq!(confirm.headers["x-frame-options"], "DENY");
     let csp = confirm.headers["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("frame-ancestors 'none'") && !csp.contains("form-action"));
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(
+        csp.ends_with(&format!(
+            "; form-action 'self' {} https://app.example",
+            proxy.github.base_url()
+        )),
+        "{csp}"
+    );
     assert_eq!(confirm.hidden("txn"), page.hidden("txn"));
 
     // The second click of a double-click: 100 ms later. Refused by showing the page again.

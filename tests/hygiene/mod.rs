@@ -6,6 +6,7 @@ mod application_type;
 mod policy;
 mod rate_limits;
 mod reaping;
+mod unused_budget;
 
 use serde_json::{Value, json};
 

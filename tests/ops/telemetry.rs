@@ -434,3 +434,94 @@ otlp_endpoint = "http://user:hunter2@collector:4318"
         "the password is not echoed: {err}"
     );
 }
+
+/// The review's Info finding: `traceparent: 00-…-00` (not sampled) from any caller kept its
+/// requests out of the traces, refusals included. An anonymous caller sends refused requests
+/// with an unsampled context; each is exported anyway, as a child of the caller's span, with
+/// its refusal as the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unsampled_traceparent_from_an_untrusted_caller_does_not_hide_refusals() {
+    let receiver = Receiver::start().await;
+    let mut b = BesideHelper::start(
+        1,
+        "",
+        &format!(
+            "[telemetry]\notlp_endpoint = \"{}\"\nbatch_delay_ms = 200\n",
+            receiver.url
+        ),
+    )
+    .await;
+    let (helper, proxy) = (&b.helper, &mut b.proxy);
+    let unsampled = |trace: &str| format!("00-{trace}-{CLIENT_SPAN_ID}-00");
+    let http = crate::support::http();
+    // A tokenless `/mcp` call, a callback with a state nobody issued, a bad code at `/token`.
+    let mcp_trace = "11111111111111111111111111111111";
+    let r = http
+        .post(helper.url("/mcp"))
+        .header("traceparent", unsampled(mcp_trace))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let callback_trace = "22222222222222222222222222222222";
+    let r = http
+        .get(helper.url("/callback/github?code=x&state=never-issued"))
+        .header("traceparent", unsampled(callback_trace))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let token_trace = "33333333333333333333333333333333";
+    let r = http
+        .post(helper.url("/token"))
+        .header("traceparent", unsampled(token_trace))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("code", "mcpac_forged"),
+            ("client_id", "mcpc_unknown"),
+            ("code_verifier", &"v".repeat(43)),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    proxy.signal("TERM");
+    let status = proxy.wait(Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(0), "log:\n{}", proxy.log_text());
+    let spans = receiver.spans();
+    for (trace, name, status, outcome) in [
+        (mcp_trace, "HTTP POST /mcp", "401", "no_token"),
+        (
+            callback_trace,
+            "HTTP GET /callback/github",
+            "400",
+            "client_error",
+        ),
+        (token_trace, "HTTP POST /token", "401", "invalid_client"),
+    ] {
+        let found: Vec<&Span> = spans.iter().filter(|s| hex(&s.trace_id) == trace).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{name}: the refused request is in the traces: {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        let s = found[0];
+        assert_eq!(s.name, name);
+        assert_eq!(hex(&s.parent_span_id), CLIENT_SPAN_ID, "{name}");
+        assert_eq!(
+            attr(&s.attributes, "http.response.status_code").as_deref(),
+            Some(status),
+            "{name}"
+        );
+        assert_eq!(
+            attr(&s.attributes, "outcome").as_deref(),
+            Some(outcome),
+            "{name}"
+        );
+    }
+}

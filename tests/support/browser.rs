@@ -2,6 +2,13 @@
 //! port), `Sec-Fetch-Site` and `Origin` like a real browser sends them, and no automatic
 //! redirects so each hop can be inspected. `Secure` cookies are kept over plain-HTTP
 //! loopback, as Chromium does for `http://127.0.0.1`.
+//!
+//! It also does what the proxy's two scripts do for the browser-bound return (unless made
+//! [`Browser::without_javascript`]): submitting the consent form through
+//! `support::client::decide` keeps a fresh value in the proxy origin's session storage and sends
+//! it as `flow_proof` (`consent.js`), and a navigation that lands on the finish page goes on at
+//! once with that value (`finish.js`). Session storage, unlike the cookie jar, belongs to one
+//! origin: nothing here lets another port write it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -103,6 +110,14 @@ impl CookieJar {
 pub struct Browser {
     client: reqwest::Client,
     jar: CookieJar,
+    /// The proxy origin's session storage: the consent page's `flow_proof`, if any.
+    flow_proof: Mutex<Option<String>>,
+    javascript: bool,
+}
+
+/// Whether a response is the proxy's finish page (its form answers the callback).
+fn is_finish_page(r: &Resp) -> bool {
+    r.status == 200 && r.body.contains(r#"action="/callback/github""#)
 }
 
 impl Default for Browser {
@@ -117,7 +132,34 @@ impl Browser {
         Browser {
             client: super::http(),
             jar: CookieJar::default(),
+            flow_proof: Mutex::new(None),
+            javascript: true,
         }
+    }
+
+    /// A browser that runs no script (none of the proxy's scripts' effects are emulated).
+    pub fn without_javascript() -> Browser {
+        Browser {
+            javascript: false,
+            ..Browser::new()
+        }
+    }
+
+    /// What the consent page's script does when its form is submitted (`consent.js`): a fresh
+    /// value kept in the proxy origin's session storage, returned to send as `flow_proof`.
+    /// `None` without JavaScript, or when `page` has no such field (the confirmation page).
+    pub fn consent_script_proof(&self, page: &Resp) -> Option<String> {
+        if !self.javascript || !page.body.contains(r#"name="flow_proof""#) {
+            return None;
+        }
+        let value = mcp_oauth_proxy::crypto::random_token().unwrap();
+        *self.flow_proof.lock().unwrap() = Some(value.clone());
+        Some(value)
+    }
+
+    /// The value the consent page's script kept (what `finish.js` would find), if any.
+    pub fn stored_flow_proof(&self) -> Option<String> {
+        self.flow_proof.lock().unwrap().clone()
     }
 
     /// A browser already signed in at the fake GitHub as `login`.
@@ -157,6 +199,23 @@ impl Browser {
     /// A top-level navigation. `site` is the `Sec-Fetch-Site` the browser would send
     /// (`none` for a typed or app-opened URL, `cross-site` for a link on another site).
     pub async fn navigate(&self, url: &str, site: &str) -> Resp {
+        let r = self.navigate_once(url, site).await;
+        if !self.javascript || !is_finish_page(&r) || url.contains("flow_proof=") {
+            return r;
+        }
+        // `finish.js`: hand the stored value back once (a `location.replace` from our own page),
+        // or stay on the page.
+        let stored = self.flow_proof.lock().unwrap().take();
+        match stored {
+            Some(proof) => {
+                self.navigate_once(&format!("{url}&flow_proof={proof}"), "same-origin")
+                    .await
+            }
+            None => r,
+        }
+    }
+
+    async fn navigate_once(&self, url: &str, site: &str) -> Resp {
         let resp = self
             .client
             .get(url)

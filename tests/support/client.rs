@@ -278,16 +278,21 @@ pub async fn approve(proxy: &TestProxy, browser: &Browser, page: &Resp) -> Strin
     r.location().unwrap()
 }
 
-/// Submits the consent form with `decision`, from the proxy's own page.
+/// Submits the consent form with `decision`, from the proxy's own page (with the value its
+/// script adds, in a browser with JavaScript).
 pub async fn decide(proxy: &TestProxy, browser: &Browser, page: &Resp, decision: &str) -> Resp {
     let txn = page.hidden("txn").expect("txn in consent page");
     let csrf = page.hidden("csrf").expect("csrf in consent page");
+    let mut fields = vec![
+        ("txn", txn),
+        ("csrf", csrf),
+        ("decision", decision.to_owned()),
+    ];
+    if let Some(proof) = browser.consent_script_proof(page) {
+        fields.push(("flow_proof", proof));
+    }
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
     browser
-        .post_form(
-            &proxy.url("/consent"),
-            &[("txn", &txn), ("csrf", &csrf), ("decision", decision)],
-            &proxy.base,
-            "same-origin",
-        )
+        .post_form(&proxy.url("/consent"), &fields, &proxy.base, "same-origin")
         .await
 }

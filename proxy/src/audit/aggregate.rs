@@ -52,11 +52,16 @@ pub enum Refusal {
     RegistrationMissingToken,
     /// `/register` with a wrong initial access token (someone guessing).
     RegistrationWrongToken,
+    /// `/register` refused: its source (address, /64 or /48) holds its share of never-used
+    /// registrations (`clients::budget`).
+    RegistrationBudgetSource,
+    /// `/register` refused: everyone's never-used registrations fill the server's budget.
+    RegistrationBudgetEveryone,
 }
 
 impl Refusal {
     /// Every refusal (the overflow cells of one minute are at most this many).
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 11] = [
         Refusal::McpMissing,
         Refusal::McpUnknown,
         Refusal::McpInQuery,
@@ -66,6 +71,8 @@ impl Refusal {
         Refusal::RegistrationClosed,
         Refusal::RegistrationMissingToken,
         Refusal::RegistrationWrongToken,
+        Refusal::RegistrationBudgetSource,
+        Refusal::RegistrationBudgetEveryone,
     ];
 
     /// Where it was refused: the `source` label of `mcp_proxy_rejections_total` (the same
@@ -78,7 +85,9 @@ impl Refusal {
             | Refusal::CallbackStateNotThisBrowser => "callback",
             Refusal::RegistrationClosed
             | Refusal::RegistrationMissingToken
-            | Refusal::RegistrationWrongToken => "registration",
+            | Refusal::RegistrationWrongToken
+            | Refusal::RegistrationBudgetSource
+            | Refusal::RegistrationBudgetEveryone => "registration",
         }
     }
 
@@ -94,6 +103,8 @@ impl Refusal {
             Refusal::RegistrationClosed => "closed",
             Refusal::RegistrationMissingToken => "missing_token",
             Refusal::RegistrationWrongToken => "wrong_token",
+            Refusal::RegistrationBudgetSource => "unused_budget_source",
+            Refusal::RegistrationBudgetEveryone => "unused_budget_everyone",
         }
     }
 }

@@ -9,6 +9,7 @@
 //! be served for a bounded time when a fetch fails for reasons that are not the client's
 //! (stale-if-error), carries an operator's block, and expires unless the client got a code.
 
+pub mod budget;
 pub mod cimd;
 pub mod fetch;
 pub mod jwks;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::budget::UnusedLimits;
 use crate::bindings::redirect;
 use crate::crypto;
 use crate::ids::{ClientId, InitialAccessToken};
@@ -318,6 +319,14 @@ pub struct RawRegistration {
     max_identical_per_ip: u32,
     #[serde(default)]
     trusted_redirect_hosts: Vec<String>,
+    #[serde(default = "default_max_unused_per_source")]
+    max_unused_per_source: u32,
+    #[serde(default = "default_max_unused_bytes_per_source")]
+    max_unused_bytes_per_source: u64,
+    #[serde(default = "default_max_unused")]
+    max_unused: u32,
+    #[serde(default = "default_max_unused_bytes")]
+    max_unused_bytes: u64,
 }
 
 impl Default for RawRegistration {
@@ -330,9 +339,30 @@ impl Default for RawRegistration {
             unused_client_ttl_secs: default_unused_ttl(),
             max_identical_per_ip: default_max_identical(),
             trusted_redirect_hosts: Vec::new(),
+            max_unused_per_source: default_max_unused_per_source(),
+            max_unused_bytes_per_source: default_max_unused_bytes_per_source(),
+            max_unused: default_max_unused(),
+            max_unused_bytes: default_max_unused_bytes(),
         }
     }
 }
+
+fn default_max_unused_per_source() -> u32 {
+    UnusedLimits::default().per_source
+}
+fn default_max_unused_bytes_per_source() -> u64 {
+    UnusedLimits::default().per_source_bytes
+}
+fn default_max_unused() -> u32 {
+    UnusedLimits::default().total
+}
+fn default_max_unused_bytes() -> u64 {
+    UnusedLimits::default().total_bytes
+}
+
+/// The smallest byte budget accepted: room for one registration of the largest size
+/// `RegistrationRequest::validate` lets through, with its charge record.
+const MIN_UNUSED_BYTES: u64 = 64 * 1024;
 
 fn default_policy() -> String {
     "open".to_owned()
@@ -388,6 +418,9 @@ pub struct RegistrationPolicy {
     /// a new destination, and the fresh-client alert does not fire for them. The only way to
     /// quiet that warning while `[access]` admits everyone.
     pub trusted_redirect_hosts: Vec<String>,
+    /// Caps on registrations nobody has used yet (`clients::budget`), per source, per /48 and
+    /// for everyone, in count and bytes.
+    pub unused: UnusedLimits,
 }
 
 impl Default for RegistrationPolicy {
@@ -397,6 +430,7 @@ impl Default for RegistrationPolicy {
             unused_client_ttl_secs: default_unused_ttl(),
             max_identical_per_ip: default_max_identical(),
             trusted_redirect_hosts: Vec::new(),
+            unused: UnusedLimits::default(),
         }
     }
 }
@@ -490,11 +524,33 @@ pub fn validate_registration(
             ));
         }
     }
+    if !(1..=10_000_000).contains(&raw.max_unused) {
+        errs.push("registration.max_unused: between 1 and 10000000".to_owned());
+    }
+    if !(1..=raw.max_unused).contains(&raw.max_unused_per_source) {
+        errs.push("registration.max_unused_per_source: at least 1, at most max_unused".to_owned());
+    }
+    if !(MIN_UNUSED_BYTES..=1 << 40).contains(&raw.max_unused_bytes) {
+        errs.push(format!(
+            "registration.max_unused_bytes: between {MIN_UNUSED_BYTES} and 1099511627776 (1 TiB)"
+        ));
+    }
+    if !(MIN_UNUSED_BYTES..=raw.max_unused_bytes).contains(&raw.max_unused_bytes_per_source) {
+        errs.push(format!(
+            "registration.max_unused_bytes_per_source: at least {MIN_UNUSED_BYTES}, at most max_unused_bytes"
+        ));
+    }
     RegistrationPolicy {
         mode,
         unused_client_ttl_secs: raw.unused_client_ttl_secs,
         max_identical_per_ip: raw.max_identical_per_ip,
         trusted_redirect_hosts,
+        unused: UnusedLimits {
+            per_source: raw.max_unused_per_source,
+            per_source_bytes: raw.max_unused_bytes_per_source,
+            total: raw.max_unused,
+            total_bytes: raw.max_unused_bytes,
+        },
     }
 }
 
@@ -643,6 +699,43 @@ remember_consent = false
         assert!(errs.is_empty(), "{errs:?}");
         assert!(matches!(p.mode, RegistrationMode::Open));
         assert_eq!(p.unused_client_ttl_secs, 86_400);
+    }
+
+    #[test]
+    fn never_used_registration_budgets_default_and_bounds() {
+        let (p, _) = reg("");
+        assert_eq!(p.unused, UnusedLimits::default());
+        let (p, errs) = reg(
+            "max_unused_per_source = 10\nmax_unused_bytes_per_source = 65536\nmax_unused = 100\nmax_unused_bytes = 1048576",
+        );
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(
+            p.unused,
+            UnusedLimits {
+                per_source: 10,
+                per_source_bytes: 65_536,
+                total: 100,
+                total_bytes: 1_048_576,
+            }
+        );
+        for (bad, needle) in [
+            ("max_unused = 0", "max_unused:"),
+            (
+                "max_unused = 10\nmax_unused_per_source = 11",
+                "max_unused_per_source",
+            ),
+            (
+                "max_unused_bytes_per_source = 1000",
+                "max_unused_bytes_per_source",
+            ),
+            (
+                "max_unused_bytes = 100000\nmax_unused_bytes_per_source = 200000",
+                "max_unused_bytes_per_source",
+            ),
+        ] {
+            let (_, errs) = reg(bad);
+            assert!(errs.iter().any(|e| e.contains(needle)), "{bad}: {errs:?}");
+        }
     }
 
     #[test]

@@ -2,6 +2,14 @@
 //! browser, exchange GitHub's code (with our PKCE verifier), learn who the person is from
 //! `/user`, store their GitHub grant sealed, start a proxy session, and then either record
 //! the consent and issue a code to the MCP client, or finish a plain sign-in.
+//!
+//! An authorization's return is also checked against the value the approving page kept in
+//! its own storage (`bindings::browser_state`): the first arrival from GitHub answers with the
+//! finish page, whose script sends that value back at once (`flow_proof`); a browser without it
+//! stays on the page and answers it (`POST /callback/github`: Approve or Deny, from our own
+//! origin, CSRF-bound to this browser and the state, and timed by the server).
+
+use consent_ui::FinishPage;
 
 use super::codes;
 use super::github_access;
@@ -9,16 +17,18 @@ use super::{FlowError, pages};
 use crate::app::App;
 use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::admission::Admitted;
-use crate::bindings::browser_state::{self, StateError};
+use crate::bindings::browser_state::{self, Return, Returned, StateError};
 use crate::bindings::issuer::{self, Response};
 use crate::bindings::redirect;
 use crate::bindings::{audience, connect_link, consent_registry};
 use crate::cookies;
+use crate::crypto;
+use crate::csrf;
 use crate::github::client::{GitHubError, GitHubTokens, GitHubUser};
 use crate::oauth::error::ErrorCode;
 use crate::oauth::request::Params;
 use crate::session::{self, SignInKind};
-use crate::store::records::{FlowPurpose, ReturnTo, TxnRecord};
+use crate::store::records::{FlowPurpose, ReturnTo, TxnRecord, UpstreamStateRecord};
 
 /// What the browser gets, with cookies.
 #[derive(Debug)]
@@ -36,6 +46,51 @@ pub enum Next {
     Redirect(String),
     /// A page: title and message.
     Page(&'static str, String),
+    /// The finish page (see the module docs).
+    Finish(Box<FinishPage>),
+}
+
+/// How the browser came back.
+#[derive(Debug, Clone, Copy)]
+pub enum CallbackRequest<'a> {
+    /// `GET`: GitHub's redirect (with `flow_proof` once our page added it).
+    FromGitHub {
+        /// The raw query string.
+        raw_query: &'a str,
+    },
+    /// `POST`: the person's answer on the finish page.
+    Finish {
+        /// Form body.
+        body: &'a str,
+        /// `Sec-Fetch-Site`.
+        sec_fetch_site: Option<&'a str>,
+        /// `Origin`.
+        origin: Option<&'a str>,
+    },
+}
+
+/// Request details the callback needs. (No `Debug`: it holds cookie values.)
+pub struct CallbackInput<'a> {
+    /// GET or POST.
+    pub request: CallbackRequest<'a>,
+    /// The flow cookie.
+    pub flow_cookie: Option<&'a str>,
+    /// The proxy session cookie.
+    pub session_cookie: Option<&'a str>,
+    /// The browser's CSRF cookie (the finish page's form is bound to it).
+    pub csrf_cookie: Option<&'a str>,
+}
+
+/// The CSRF purpose of the finish page's form.
+const FINISH_CSRF: &str = "finish";
+
+/// What the finish form's CSRF token is bound to: the state and this browser's CSRF cookie.
+fn finish_binding(state: &str, browser: &str) -> String {
+    format!(
+        "{}.{}",
+        crypto::hash_secret(state),
+        crypto::hash_secret(browser)
+    )
 }
 
 fn client_error(
@@ -75,25 +130,67 @@ fn github_failure(app: &App, purpose: &FlowPurpose, e: &GitHubError) -> FlowErro
     }
 }
 
-/// Handles GitHub's redirect back to us.
+/// Handles GitHub's redirect back to us, and the finish page's answer.
 pub async fn github_callback(
     app: &App,
-    raw_query: &str,
-    flow_cookie: Option<&str>,
-    session_cookie: Option<&str>,
+    input: CallbackInput<'_>,
 ) -> Result<CallbackOutcome, FlowError> {
-    let p = Params::parse(raw_query).map_err(|_| FlowError::Page(pages::STATE_REJECTED))?;
+    let finish = matches!(input.request, CallbackRequest::Finish { .. });
+    let p = match input.request {
+        CallbackRequest::FromGitHub { raw_query } => {
+            Params::parse(raw_query).map_err(|_| FlowError::Page(pages::STATE_REJECTED))?
+        }
+        CallbackRequest::Finish {
+            body,
+            sec_fetch_site,
+            origin,
+        } => {
+            if !csrf::same_origin(sec_fetch_site, origin, &app.config.public_url.origin()) {
+                return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+            }
+            let p = Params::parse(body).map_err(|_| FlowError::Page(pages::BAD_REQUEST))?;
+            let browser = input
+                .csrf_cookie
+                .ok_or(FlowError::Page(pages::FORBIDDEN_FORM))?;
+            let bound_to = finish_binding(p.get("state").unwrap_or_default(), browser);
+            if !csrf::verify(&app.keys.csrf, FINISH_CSRF, &bound_to, p.get("csrf")) {
+                return Err(FlowError::Page(pages::FORBIDDEN_FORM));
+            }
+            p
+        }
+    };
+    let returned = if finish {
+        match p.get("decision") {
+            Some("approve") => Returned::Confirmed,
+            Some("deny") => Returned::Cancelled,
+            _ => return Err(FlowError::Page(pages::BAD_REQUEST)),
+        }
+    } else if p.get("error").is_some() {
+        Returned::Cancelled
+    } else {
+        Returned::FromGitHub {
+            page_proof: p.get(browser_state::PROOF_FIELD),
+        }
+    };
     let now = app.clock.now();
     let bound = match browser_state::take(
         app.store.as_ref(),
         &app.keys.consent_cookie,
         now,
+        app.clock.now_millis(),
         p.get("state"),
-        flow_cookie,
+        input.flow_cookie,
+        returned,
     )
     .await
     {
-        Ok(b) => b,
+        Ok(Return::Bound(b)) => b,
+        Ok(Return::Confirm { record, too_soon }) => {
+            return finish_page(app, &p, &record, too_soon, input.csrf_cookie).await;
+        }
+        Ok(Return::Cancelled(record)) => {
+            return Err(cancelled(app, record, finish, input.session_cookie).await?);
+        }
         Err(e @ (StateError::Missing | StateError::Unknown | StateError::Cookie(_))) => {
             // Anonymous: anyone can send a bad state. Counted per source and minute
             // (`audit::aggregate`), never one stored event per request.
@@ -106,21 +203,8 @@ pub async fn github_callback(
         }
         Err(e) => return Err(e.into()),
     };
+    let session_cookie = input.session_cookie;
     let purpose = bound.get().purpose.clone();
-
-    if p.get("error").is_some() {
-        return Err(match &purpose {
-            FlowPurpose::Authorize { txn, .. } => client_error(
-                app,
-                txn,
-                ErrorCode::AccessDenied,
-                "the sign-in at GitHub was cancelled",
-            ),
-            FlowPurpose::SignIn { .. } | FlowPurpose::Connect { .. } => {
-                FlowError::Page(pages::SIGN_IN_CANCELLED)
-            }
-        });
-    }
     let code = p
         .get("code")
         .ok_or_else(|| github_failure(app, &purpose, &GitHubError::Protocol("no code".into())))?;
@@ -236,6 +320,85 @@ pub async fn github_callback(
             })
         }
     }
+}
+
+/// A return that grants nothing: GitHub reported an error (the person cancelled there), or
+/// the person chose Deny on the finish page. The client hears `access_denied`.
+async fn cancelled(
+    app: &App,
+    record: UpstreamStateRecord,
+    denied_here: bool,
+    session_cookie: Option<&str>,
+) -> Result<FlowError, FlowError> {
+    Ok(match &record.purpose {
+        FlowPurpose::Authorize { txn, .. } if denied_here => {
+            let person = session::current(app.store.as_ref(), session_cookie)
+                .await?
+                .map(|s| s.record().user_id.clone());
+            app.audit
+                .record(AuditEvent::ConsentDenied {
+                    client_id: txn.client_id.clone(),
+                    user_id: person,
+                    redirect_uri: txn.registered_redirect.clone(),
+                    warnings: txn.warnings.clone(),
+                })
+                .await?;
+            client_error(
+                app,
+                txn,
+                ErrorCode::AccessDenied,
+                "the person denied the request",
+            )
+        }
+        FlowPurpose::Authorize { txn, .. } => client_error(
+            app,
+            txn,
+            ErrorCode::AccessDenied,
+            "the sign-in at GitHub was cancelled",
+        ),
+        FlowPurpose::SignIn { .. } | FlowPurpose::Connect { .. } => {
+            FlowError::Page(pages::SIGN_IN_CANCELLED)
+        }
+    })
+}
+
+/// The finish page for an authorization whose returning browser did not show the approving
+/// page's value (its showing is recorded: `browser_state::take`).
+async fn finish_page(
+    app: &App,
+    p: &Params,
+    record: &UpstreamStateRecord,
+    too_soon: bool,
+    csrf_cookie: Option<&str>,
+) -> Result<CallbackOutcome, FlowError> {
+    let FlowPurpose::Authorize { txn, .. } = &record.purpose else {
+        // Only authorizations have a return check.
+        return Err(FlowError::Page(pages::STATE_REJECTED));
+    };
+    let state = p.get("state").unwrap_or_default();
+    let (browser, set_cookie) = csrf::browser_binding(csrf_cookie)?;
+    let client_name = app
+        .clients
+        .known(&txn.client_id)
+        .await?
+        .map_or_else(|| "Unnamed client".to_owned(), |c| c.display_name());
+    Ok(CallbackOutcome {
+        next: Next::Finish(Box::new(FinishPage {
+            client_name,
+            client_id: txn.client_id.as_str().to_owned(),
+            redirect_uri: txn.redirect_uri.clone(),
+            too_soon,
+            form_action: "/callback/github".to_owned(),
+            state: state.to_owned(),
+            code: p.get("code").unwrap_or_default().to_owned(),
+            csrf: csrf::token(
+                &app.keys.csrf,
+                FINISH_CSRF,
+                &finish_binding(state, &browser),
+            ),
+        })),
+        set_cookies: set_cookie.into_iter().collect(),
+    })
 }
 
 /// Starts a proxy session for the person GitHub confirmed and `[access]` admitted, remembering

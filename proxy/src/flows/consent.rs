@@ -150,7 +150,9 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
             let redirect_uri = txn.registered_redirect.clone();
             let warnings = txn.warnings.clone();
             let now = app.clock.now();
-            let started = browser_state::begin(
+            // The value the consent page's script keeps in this browser's own storage: the
+            // browser coming back from GitHub must show it, or confirm (`browser_state`).
+            let started = browser_state::begin_authorization(
                 app.store.as_ref(),
                 &app.keys.consent_cookie,
                 now,
@@ -159,6 +161,7 @@ pub async fn decide(app: &App, input: ConsentInput<'_>) -> Result<ConsentOutcome
                     txn_id: txn_id.clone(),
                     txn: Box::new(txn),
                 },
+                p.get(browser_state::PROOF_FIELD),
             )
             .await?;
             app.audit

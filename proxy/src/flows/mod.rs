@@ -88,6 +88,10 @@ pub enum FlowError {
     /// missing or wrong).
     #[error("registration refused: {0:?}")]
     RegistrationRefused(register::Refusal),
+    /// A `POST /register` that does not fit the budgets of never-used registrations
+    /// (`clients::budget`).
+    #[error("registration refused: {0:?}")]
+    RegistrationBudget(crate::clients::budget::Spent),
 }
 
 impl From<SessionError> for FlowError {

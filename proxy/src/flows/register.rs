@@ -21,6 +21,10 @@
 //!   people. Used registrations never count and are never removed.
 //! - A code is only issued to a registration that still exists ([`mark_used`] fails
 //!   otherwise), so a registration reaped or deleted mid-authorization gets no code.
+//! - Budget: with `policy = "open"`, a registration is first charged to the budgets of
+//!   never-used registrations (its source's, its /48's, everyone's: `clients::budget`); one
+//!   that does not fit is refused with 429 `slow_down` and stores nothing. Its first use, or
+//!   its removal by dedupe, refunds the charge.
 
 use std::net::IpAddr;
 
@@ -31,16 +35,17 @@ use crate::app::App;
 use crate::audit::{AuditEvent, aggregate};
 use crate::bindings::consent_scope;
 use crate::clients::RegistrationMode;
+use crate::clients::budget::{self, BudgetError, SpentBudget};
 use crate::ids::ClientId;
 use crate::oauth::error::{ErrorCode, OAuthError};
 use crate::oauth::grant;
 use crate::oauth::registration::{
     ApplicationType, ClientMetadata, RegistrationRequest, TokenAuthMethod,
 };
-use crate::store::Step;
 use crate::store::client_dedupe;
 use crate::store::clients::{self, MarkedUsed};
 use crate::store::records::{ClientRecord, DedupeRecord};
+use crate::store::{Step, encode};
 
 /// Why the registration policy refused a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +173,9 @@ async fn index_and_evict(
             // Removed only if still exactly as read: an authorization that just used it wins.
             if reg.evict(store).await? {
                 tracing::info!(client_id = %old, "removed an unused identical registration");
+                // It no longer holds any of the never-used budgets (once: a repeat finds no
+                // charge).
+                budget::refund(store, &old, now).await?;
             }
         }
         let room = live.len() < max;
@@ -197,6 +205,14 @@ pub async fn mark_used(app: &App, client_id: &ClientId) -> Result<(), FlowError>
         return Ok(());
     }
     match clients::mark_used(app.store.as_ref(), client_id, INDEX_ATTEMPTS).await? {
+        Some(MarkedUsed::Made) => {
+            // Used: it leaves the budgets of never-used registrations. A failure here only
+            // leaves the charge until it ends (the safe side), so it does not stop the code.
+            if let Err(e) = budget::refund(app.store.as_ref(), client_id, app.clock.now()).await {
+                tracing::warn!(%client_id, error = %e, "could not refund a used registration's budget charge");
+            }
+            Ok(())
+        }
         Some(MarkedUsed::Kept) => Ok(()),
         Some(MarkedUsed::Gone) => {
             tracing::info!(%client_id, "authorization finished for a registration that is gone; no code issued");
@@ -251,6 +267,50 @@ pub async fn register(
         application_type: meta.application_type,
         registered_at: now,
     };
+    // Not vouched for by an initial access token: charged to the budgets of never-used
+    // registrations before anything is stored (durable with the rest before the 201).
+    let event = AuditEvent::ClientRegistered {
+        client_id: client_id.clone(),
+        client_name: meta.client_name.clone(),
+        redirect_uris: meta.redirect_uris.clone(),
+        source: "dynamic",
+        ip,
+    };
+    if matches!(policy.mode, RegistrationMode::Open) {
+        let size = |bytes: Vec<u8>| u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        let bytes = budget::charged_bytes(size(encode(&record)?), size(encode(&event)?), ip)?;
+        let charged = budget::charge(
+            app.store.as_ref(),
+            &policy.unused,
+            now,
+            ip,
+            &client_id,
+            bytes,
+            now.plus(policy.unused_client_ttl_secs),
+        )
+        .await;
+        match charged {
+            Ok(()) => {}
+            Err(BudgetError::Spent(spent)) => {
+                // Anonymous: counted per source and minute, like the policy's refusals.
+                app.audit.refused(match spent.budget {
+                    SpentBudget::Source | SpentBudget::Net => {
+                        aggregate::Refusal::RegistrationBudgetSource
+                    }
+                    SpentBudget::Everyone => aggregate::Refusal::RegistrationBudgetEveryone,
+                });
+                return Err(FlowError::RegistrationBudget(spent));
+            }
+            Err(BudgetError::Contended) => {
+                return Err(OAuthError::new(
+                    ErrorCode::TemporarilyUnavailable,
+                    "too many registrations at once; retry",
+                )
+                .into());
+            }
+            Err(BudgetError::Store(e)) => return Err(e.into()),
+        }
+    }
     // Stored first for the authorization window only; extended below if dedupe has room.
     let Some(stored) = clients::insert_unused(
         app.store.as_ref(),
@@ -277,15 +337,7 @@ pub async fn register(
             )
             .await?;
     }
-    app.audit
-        .record(AuditEvent::ClientRegistered {
-            client_id: client_id.clone(),
-            client_name: meta.client_name.clone(),
-            redirect_uris: meta.redirect_uris.clone(),
-            source: "dynamic",
-            ip,
-        })
-        .await?;
+    app.audit.record(event).await?;
     let mut body = json!({
         "client_id": client_id.as_str(),
         "client_id_issued_at": now.0,

@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::client_ip::ClientIp;
 use super::error::{PageError, page};
-use super::headers::CSP_CONSENT;
+use super::headers::{FormTargets, PageScript, page_csp};
 use crate::app::App;
 use crate::cookies;
 use crate::flows::account::{self, AccountForm, AccountOutcome};
@@ -56,14 +56,25 @@ pub async fn authorize(
     match authorize::authorize(&app, input).await? {
         AuthorizeOutcome::Redirect(url) => Ok(Redirect::to(&url).into_response()),
         AuthorizeOutcome::Consent(p, set_cookie) => {
+            let csp = consent_csp(&app, &p.redirect_uri);
             let mut resp = with_cookies(render(*p).into_response(), set_cookie.as_slice());
-            resp.headers_mut().insert(
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CSP_CONSENT),
-            );
+            resp.headers_mut()
+                .insert(header::CONTENT_SECURITY_POLICY, csp);
             Ok(resp)
         }
     }
+}
+
+/// The consent and confirmation pages' CSP: their form is answered with a redirect to GitHub
+/// (Approve) or to the client's redirect URI (Deny), and GitHub may send the browser straight
+/// back through our callback to that URI in the same chain of redirects (`headers`).
+fn consent_csp(app: &App, redirect_uri: &str) -> HeaderValue {
+    page_csp(
+        PageScript::Consent,
+        &FormTargets::own_origin()
+            .redirecting_to(app.config.github.authorize_url.as_str())
+            .redirecting_to(redirect_uri),
+    )
 }
 
 /// `POST /consent`.
@@ -88,12 +99,10 @@ pub async fn consent(
         }
         ConsentOutcome::ToClient(url) => Redirect::to(&url).into_response(),
         ConsentOutcome::Confirm(p) => {
+            let csp = consent_csp(&app, &p.redirect_uri);
             let mut resp = render(*p).into_response();
-            // Its form redirects to GitHub or the client: no form-action (see headers.rs).
-            resp.headers_mut().insert(
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CSP_CONSENT),
-            );
+            resp.headers_mut()
+                .insert(header::CONTENT_SECURITY_POLICY, csp);
             resp
         }
     })
@@ -105,22 +114,63 @@ pub async fn callback(
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
-    let flow_cookie = cookies::read(&headers, cookies::FLOW_COOKIE);
-    let session = cookies::read(&headers, cookies::SESSION_COOKIE);
+    let request = callback::CallbackRequest::FromGitHub {
+        raw_query: q.as_deref().unwrap_or_default(),
+    };
+    callback_response(&app, &headers, request).await
+}
+
+/// `POST /callback/github`: the finish page's answer.
+pub async fn callback_finish(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let request = callback::CallbackRequest::Finish {
+        body: form(&body)?,
+        sec_fetch_site: header_str(&headers, "sec-fetch-site"),
+        origin: header_str(&headers, "origin"),
+    };
+    callback_response(&app, &headers, request).await
+}
+
+async fn callback_response(
+    app: &App,
+    headers: &HeaderMap,
+    request: callback::CallbackRequest<'_>,
+) -> Result<Response, PageError> {
+    let flow_cookie = cookies::read(headers, cookies::FLOW_COOKIE);
+    let session = cookies::read(headers, cookies::SESSION_COOKIE);
+    let csrf_cookie = cookies::read(headers, cookies::CSRF_COOKIE);
     let out = callback::github_callback(
-        &app,
-        q.as_deref().unwrap_or_default(),
-        flow_cookie.as_deref(),
-        session.as_deref(),
+        app,
+        callback::CallbackInput {
+            request,
+            flow_cookie: flow_cookie.as_deref(),
+            session_cookie: session.as_deref(),
+            csrf_cookie: csrf_cookie.as_deref(),
+        },
     )
     .await?;
     let resp = match out.next {
+        // 303: never re-POST the finish form (RFC 9700 §4.12).
         callback::Next::Redirect(to) => Redirect::to(&to).into_response(),
         callback::Next::Page(title, message) => render(consent_ui::MessagePage {
             title: title.to_owned(),
             message,
         })
         .into_response(),
+        callback::Next::Finish(p) => {
+            // Its form is answered with a redirect to the client (`headers`).
+            let csp = page_csp(
+                PageScript::Finish,
+                &FormTargets::own_origin().redirecting_to(&p.redirect_uri),
+            );
+            let mut resp = render(*p).into_response();
+            resp.headers_mut()
+                .insert(header::CONTENT_SECURITY_POLICY, csp);
+            resp
+        }
     };
     Ok(with_cookies(resp, &out.set_cookies))
 }
@@ -133,6 +183,7 @@ pub async fn connect_show(
 ) -> Result<Response, PageError> {
     let session = cookies::read(&headers, cookies::SESSION_COOKIE);
     Ok(link_response(
+        &app,
         connect::show(&app, &code, session.as_deref()).await?,
     ))
 }
@@ -151,18 +202,22 @@ pub async fn connect_act(
         account_form(&headers, session.as_deref(), form(&body)?),
     )
     .await?;
-    Ok(link_response(out))
+    Ok(link_response(&app, out))
 }
 
 /// A link's page (connect or approval) and what follows it.
-fn link_response<P: std::fmt::Display>(out: LinkOutcome<P>) -> Response {
+fn link_response<P: std::fmt::Display>(app: &App, out: LinkOutcome<P>) -> Response {
     match out {
         LinkOutcome::Page(p) => {
             let mut resp = render(*p).into_response();
-            // The form redirects to GitHub: no form-action (see headers.rs).
+            // The form is answered with a redirect to GitHub (`headers`).
             resp.headers_mut().insert(
                 header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CSP_CONSENT),
+                page_csp(
+                    PageScript::Consent,
+                    &FormTargets::own_origin()
+                        .redirecting_to(app.config.github.authorize_url.as_str()),
+                ),
             );
             resp
         }
@@ -185,6 +240,7 @@ pub async fn approve_show(
 ) -> Result<Response, PageError> {
     let session = cookies::read(&headers, cookies::SESSION_COOKIE);
     Ok(link_response(
+        &app,
         approve::show(&app, &code, session.as_deref()).await?,
     ))
 }
@@ -203,7 +259,7 @@ pub async fn approve_act(
         account_form(&headers, session.as_deref(), form(&body)?),
     )
     .await?;
-    Ok(link_response(out))
+    Ok(link_response(&app, out))
 }
 
 /// `POST /account/disconnect`.

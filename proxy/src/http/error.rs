@@ -130,6 +130,25 @@ fn registration_refused(r: Refusal) -> Response {
     resp
 }
 
+/// A `POST /register` that does not fit the budgets of never-used registrations: 429
+/// `slow_down` with `Retry-After` (when the earliest charges in that budget end), as for a
+/// rate limit (see [`rate_limited`] for why that code).
+fn registration_budget_spent(s: crate::clients::budget::Spent) -> Response {
+    use crate::clients::budget::SpentBudget;
+    let description = match s.budget {
+        SpentBudget::Source | SpentBudget::Net => {
+            "this address holds too many registrations that were never used; reuse one, or retry after the number of seconds in Retry-After"
+        }
+        SpentBudget::Everyone => {
+            "this server holds too many registrations that were never used; retry after the number of seconds in Retry-After"
+        }
+    };
+    let mut resp = oauth_json(&OAuthError::new(ErrorCode::SlowDown, description));
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(s.retry_after_secs));
+    resp
+}
+
 /// A refusal at `/mcp` (RFC 6750 §3 challenges; JSON-RPC error bodies where the client
 /// expects MCP).
 pub fn gateway(app: &crate::app::App, e: GatewayError) -> Response {
@@ -325,6 +344,7 @@ impl IntoResponse for ApiError {
                 r
             }
             FlowError::RegistrationRefused(r) => registration_refused(*r),
+            FlowError::RegistrationBudget(s) => registration_budget_spent(*s),
             FlowError::Page(_) | FlowError::ClientRedirect(_) => oauth_json(&OAuthError::new(
                 ErrorCode::InvalidRequest,
                 "invalid request",
@@ -380,7 +400,8 @@ impl IntoResponse for PageError {
             }
             FlowError::OAuth(_)
             | FlowError::ExchangeRefused(_)
-            | FlowError::RegistrationRefused(_) => page(pages::BAD_REQUEST, request_id()),
+            | FlowError::RegistrationRefused(_)
+            | FlowError::RegistrationBudget(_) => page(pages::BAD_REQUEST, request_id()),
             e @ FlowError::GitHub(_) => {
                 let id = internal(&e);
                 page(pages::GITHUB_FAILED, id)

@@ -110,7 +110,9 @@ pub fn router(app: App, trusted: client_ip::TrustedProxies) -> Router {
         .route("/consent", post(browser::consent).layer(limited!(Consent)))
         .route(
             "/callback/github",
-            get(browser::callback).layer(limited!(Callback)),
+            get(browser::callback)
+                .post(browser::callback_finish)
+                .layer(limited!(Callback)),
         )
         .route("/account", get(browser::account))
         .route(

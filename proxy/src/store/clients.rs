@@ -93,7 +93,9 @@ pub async fn unused(store: &dyn Store, id: &ClientId) -> Result<Option<Unused>, 
 pub enum MarkedUsed {
     /// There is no such registration.
     Gone,
-    /// It is permanent now (or was already).
+    /// It was unused, and this call made it permanent (exactly one call sees this).
+    Made,
+    /// It was permanent already.
     Kept,
 }
 
@@ -113,7 +115,7 @@ pub async fn mark_used(
             Ok::<_, StoreError>(match current {
                 None => Step::Keep(MarkedUsed::Gone),
                 Some(c) if c.expires_at.is_none() => Step::Keep(MarkedUsed::Kept),
-                Some(_) => Step::SetExpiry(None, MarkedUsed::Kept),
+                Some(_) => Step::SetExpiry(None, MarkedUsed::Made),
             })
         },
     )

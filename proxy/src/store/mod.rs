@@ -46,6 +46,7 @@ mod sled_store;
 pub mod standing;
 pub mod tool_approvals;
 pub mod transactions;
+pub mod unused_budget;
 mod update;
 pub mod upstream_states;
 pub mod used_assertions;
@@ -135,11 +136,14 @@ pub enum Keyspace {
     ToolApprovals,
     /// Each person's recent answers to approval links, by user id.
     ApprovalHistory,
+    /// Budgets of never-used dynamic registrations (everyone, per source, per /48), and what
+    /// each registration was charged, by `all`, `ip|prefix`, `net|prefix`, `charge|client`.
+    UnusedBudgets,
 }
 
 impl Keyspace {
     /// All keyspaces, for sweeping.
-    pub const ALL: [Keyspace; 28] = [
+    pub const ALL: [Keyspace; 29] = [
         Keyspace::Clients,
         Keyspace::Consents,
         Keyspace::Sessions,
@@ -168,6 +172,7 @@ impl Keyspace {
         Keyspace::ApprovalLinkIndex,
         Keyspace::ToolApprovals,
         Keyspace::ApprovalHistory,
+        Keyspace::UnusedBudgets,
     ];
 
     /// The keyspace with this on-disk name.
@@ -206,6 +211,7 @@ impl Keyspace {
             Keyspace::ApprovalLinkIndex => "approval_link_index",
             Keyspace::ToolApprovals => "tool_approvals",
             Keyspace::ApprovalHistory => "approval_history",
+            Keyspace::UnusedBudgets => "unused_budgets",
         }
     }
 }

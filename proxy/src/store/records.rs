@@ -134,6 +134,24 @@ pub struct UpstreamStateRecord {
     pub pkce_verifier: PkceVerifier,
     /// When it was created.
     pub created_at: UnixTime,
+    /// How the browser coming back from GitHub shows it is the one that approved, beyond the
+    /// flow cookie (`bindings::browser_state`): set for authorizations, absent for sign-ins
+    /// and connect links (and in records written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_check: Option<ReturnCheck>,
+}
+
+/// The return check of an authorization (see `bindings::browser_state`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReturnCheck {
+    /// Hash of the value the approving page kept in its own storage (`flow_proof`); `None`
+    /// when it sent none (no JavaScript), so the returning browser must confirm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_proof: Option<String>,
+    /// When the finish page was last shown to the returning browser (milliseconds of the
+    /// injected clock); its Approve counts only a moment after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_shown_at_ms: Option<u64>,
 }
 
 impl UpstreamStateRecord {
@@ -636,4 +654,37 @@ impl StandingCheck {
 /// Records from before `redirect_uri_explicit` existed: the strict reading.
 fn explicit_by_default() -> bool {
     true
+}
+
+/// What never-used dynamic registrations hold of one budget (a source, its /48, or everyone),
+/// grouped by the hour their charges end (`clients::budget`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnusedBudgetRecord {
+    /// Live charges, by when they end; a bucket past its end no longer counts.
+    pub buckets: Vec<BudgetBucket>,
+}
+
+/// The charges of one budget that end in the same hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetBucket {
+    /// When they end (unix seconds, a whole hour): at or after each one's registration
+    /// expires.
+    pub until: u64,
+    /// How many registrations.
+    pub count: u32,
+    /// Their stored bytes.
+    pub bytes: u64,
+}
+
+/// What one dynamic registration charged to the budgets of never-used registrations, kept
+/// (under its client id) until its first use or its removal refunds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnusedChargeRecord {
+    /// The client IP it registered from (its /64 and /48 budgets are derived from it), if
+    /// known.
+    pub source: Option<std::net::IpAddr>,
+    /// The bucket charged.
+    pub until: u64,
+    /// The bytes charged.
+    pub bytes: u64,
 }

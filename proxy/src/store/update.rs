@@ -133,6 +133,11 @@ impl<T> Held<T> {
     pub fn value(&self) -> &T {
         &self.value
     }
+    /// The record, to change before a [`swap`](Self::swap) with it: the hold still compares
+    /// against what was read.
+    pub fn value_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
     /// The record, giving up the hold.
     pub fn into_value(self) -> T {
         self.value

@@ -31,3 +31,12 @@ pub async fn take(
         .take_json(Keyspace::UpstreamStates, &state.hash())
         .await
 }
+
+/// The state, held for one conditional write or removal (see [`super::Held`]): a return that
+/// must be confirmed records when its page was shown, and is taken only if unchanged.
+pub async fn hold(
+    store: &dyn Store,
+    state: &UpstreamState,
+) -> Result<Option<super::Held<UpstreamStateRecord>>, StoreError> {
+    super::update::hold(store, Keyspace::UpstreamStates, &state.hash()).await
+}

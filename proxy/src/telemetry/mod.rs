@@ -19,7 +19,9 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, ParentBasedSampler, Sampler, SdkTracerProvider,
+};
 use serde::Deserialize;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::{FilterExt as _, filter_fn};
@@ -231,6 +233,17 @@ pub fn init(json: bool, config: Option<&TelemetryConfig>) -> Result<Telemetry, T
     Ok(telemetry)
 }
 
+/// Every span is recorded and exported: a caller's `traceparent` makes our span a child of its
+/// trace, but its sampled flag is not obeyed. Anyone can send `traceparent: 00-…-00`, and
+/// honouring it (the SDK's default, `ParentBased(AlwaysOn)`) let any caller keep its requests,
+/// refusals included, out of the traces. No caller is trusted with that decision (a trusted
+/// proxy in front usually passes the client's header on unchanged); sampling, if wanted,
+/// belongs in the collector, which sees the outcome. Explicit here, so `OTEL_TRACES_SAMPLER`
+/// cannot bring the default back.
+fn sampler() -> ParentBasedSampler {
+    Sampler::parent_based(Sampler::AlwaysOn).with_remote_parent_not_sampled(Sampler::AlwaysOn)
+}
+
 /// The tracer provider: OTLP/HTTP protobuf exporter over the project's outbound client, behind
 /// a batch processor. Exports run on a small runtime of their own, so they neither depend on
 /// nor wait for the serving runtime, and the final flush works after it has stopped.
@@ -266,6 +279,7 @@ fn provider(
     let provider = SdkTracerProvider::builder()
         .with_span_processor(batch)
         .with_resource(resource)
+        .with_sampler(sampler())
         .build();
     Ok((provider, runtime))
 }
@@ -279,6 +293,42 @@ mod tests {
         let mut errs = Vec::new();
         let c = TelemetryConfig::from_section(Some(table), &mut errs);
         (c, errs)
+    }
+
+    /// An unsampled `traceparent` (flags `00`) from whoever sends one is recorded and exported
+    /// like any other; a sampled one and none at all as before.
+    #[test]
+    fn a_callers_unsampled_flag_does_not_stop_recording() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, SpanKind, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+        };
+        use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample as _};
+        let trace_id = TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+        let remote = |flags| {
+            opentelemetry::Context::new().with_remote_span_context(SpanContext::new(
+                trace_id,
+                SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+                flags,
+                true,
+                TraceState::default(),
+            ))
+        };
+        let s = sampler();
+        for parent in [
+            Some(remote(TraceFlags::default())),
+            Some(remote(TraceFlags::SAMPLED)),
+            None,
+        ] {
+            let r = s.should_sample(
+                parent.as_ref(),
+                trace_id,
+                "HTTP POST /mcp",
+                &SpanKind::Server,
+                &[],
+                &[],
+            );
+            assert_eq!(r.decision, SamplingDecision::RecordAndSample);
+        }
     }
 
     #[test]

@@ -91,10 +91,12 @@ impl Pkce {
 }
 
 /// A browser's cookie jar for the proxy. Values are kept raw, as the handlers read them
-/// (`cookies::read` does not percent-decode).
+/// (`cookies::read` does not percent-decode). `page_proof` is the value the consent page's
+/// script keeps in the origin's session storage, handed back by the finish page's script.
 #[derive(Default)]
 pub(super) struct Browser {
     jar: Mutex<BTreeMap<String, String>>,
+    page_proof: Mutex<Option<String>>,
 }
 
 impl Browser {
@@ -358,10 +360,14 @@ impl Fixture {
     /// Approves a consent page from `browser`; returns the GitHub authorize URL (the flow
     /// cookie goes into the jar).
     pub async fn approve(&self, browser: &Browser, page: &ConsentPage) -> String {
+        // What the consent page's script does on submit.
+        let proof = crate::crypto::random_token().unwrap();
+        *browser.page_proof.lock().unwrap() = Some(proof.clone());
         let body = form(&[
             ("txn", &page.txn),
             ("csrf", &page.csrf),
             ("decision", "approve"),
+            ("flow_proof", &proof),
         ]);
         let csrf_cookie = browser.cookie(cookies::CSRF_COOKIE);
         let session = browser.session();
@@ -420,15 +426,30 @@ impl Fixture {
     pub async fn callback(&self, browser: &Browser, query: &str) -> String {
         let flow = browser.cookie(cookies::FLOW_COOKIE);
         let session = browser.session();
-        let out = callback::github_callback(&self.app, query, flow.as_deref(), session.as_deref())
-            .await
-            .unwrap();
+        let csrf = browser.cookie(cookies::CSRF_COOKIE);
+        // What the finish page's script does: hand back the value the consent page kept.
+        let query = match browser.page_proof.lock().unwrap().take() {
+            Some(proof) => format!("{query}&flow_proof={proof}"),
+            None => query.to_owned(),
+        };
+        let out = callback::github_callback(
+            &self.app,
+            callback::CallbackInput {
+                request: callback::CallbackRequest::FromGitHub { raw_query: &query },
+                flow_cookie: flow.as_deref(),
+                session_cookie: session.as_deref(),
+                csrf_cookie: csrf.as_deref(),
+            },
+        )
+        .await
+        .unwrap();
         for c in &out.set_cookies {
             browser.absorb(c);
         }
         match out.next {
             Next::Redirect(to) => to,
             Next::Page(title, _) => panic!("callback showed a page: {title}"),
+            Next::Finish(page) => panic!("callback asked to confirm: {page:?}"),
         }
     }
 
