@@ -85,7 +85,7 @@ async fn every_page_lists_exactly_where_its_forms_lead() {
     // A connect link's page: its form is answered with a redirect to GitHub.
     alice.withdraw_agent(&proxy).await;
     let link = link_for(&alice).await;
-    let page = alice.open(&link).await;
+    let page = alice.open_link(&proxy, &link).await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert_eq!(form_action(&page), format!("form-action 'self' {github}"));
 
