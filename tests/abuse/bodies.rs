@@ -202,11 +202,12 @@ async fn authenticated_bodies_are_bounded_in_size_and_time() {
     edge.assert_healthy();
 }
 
-/// HTTP/1.1's side of the held-body budget: one address holds 64 half-sent 64 KiB forms, all
-/// its 4 MiB `max_body_bytes_per_source` allows (the least it may be set to); its next form
-/// gets 503 with `Retry-After: 1` at once, without a byte of it read, while another address
-/// is answered normally; once the held forms reach their deadline (400) the address may post
-/// again.
+/// HTTP/1.1's side of the held-body budget: one address holds 64 forms announcing 64 KiB and
+/// sent all but their last 512 bytes, nearly all its 4 MiB `max_body_bytes_per_source` allows (the
+/// least it may be set to; bodies count as their bytes arrive); its next form, announcing more
+/// than is free, gets 503 with `Retry-After: 1` at once, without a byte of it read, while
+/// another address is answered normally; once the held forms reach their deadline (400) the
+/// address may post again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http1_form_beyond_the_source_body_budget_gets_503_and_another_address_is_served() {
     const HELD: usize = 64;
@@ -233,7 +234,7 @@ async fn http1_form_beyond_the_source_body_budget_gets_503_and_another_address_i
     for _ in 0..HELD {
         let mut s = connect_from(noisy, edge.addr).await;
         s.write_all(head.as_bytes()).await.unwrap();
-        s.write_all(&[b'a'; 1024]).await.unwrap();
+        s.write_all(&vec![b'a'; FORM - 512]).await.unwrap();
         held.spawn(async move { (status_of(s).await, started.elapsed()) });
     }
     sleep(Duration::from_millis(500)).await;

@@ -318,7 +318,7 @@ async fn h2_zero_window_flood_does_not_deny_service_to_another_source() {
 
 /// A stranger from one address opens 10 HTTP/2 connections with 100 streams each, every
 /// stream a `POST /token` announcing a 64 KiB form and sending all but 1 KiB of it (the
-/// report's M1: 36 → 135 MB). The source may hold 16 MiB of bodies: 256 of the streams are
+/// report's M1: 36 → 135 MB). The source may hold 16 MiB of bodies: about 260 of the streams are
 /// taken and answered 400 at the form deadline (20 s here), the other 744 are refused at once with
 /// `REFUSED_STREAM`; the proxy's RSS stays within a bound far below the flood's 64 MiB of
 /// bodies, and another address's `/token` request is answered normally meanwhile.
@@ -331,8 +331,9 @@ async fn h2_held_bodies_are_bounded_per_source() {
     /// Long enough that every stream is open before the first is answered (checked below), so
     /// that the streams taken are the ones the budget held at once.
     const FORM_DEADLINE: Duration = Duration::from_secs(20);
-    /// `max_body_bytes_per_source` (the default) over the announced length.
-    const TAKEN: usize = 16 * 1024 * 1024 / ANNOUNCED;
+    /// `max_body_bytes_per_source` (the default) over the bytes each stream sends: bodies are
+    /// charged as they arrive.
+    const TAKEN: usize = 16 * 1024 * 1024 / SENT;
     let mut edge = start(&format!(
         "form_body_read_timeout_secs = {}",
         FORM_DEADLINE.as_secs()
@@ -701,4 +702,158 @@ path = "/nonexistent-tests-use-a-temporary-store"
         "held for {held:?}"
     );
     drop(stop);
+}
+
+/// The review of 2026-12-04 (M1's sequel): 17 addresses, each with 3 HTTP/2 connections of
+/// 100 `POST /token` streams announcing 64 KiB and sending nothing, spent the global body
+/// budget, because bodies were charged by their announced length: every other client's
+/// `/token` and `/mcp` got 503 at almost no cost to the sender. Here, four addresses announce
+/// 50 MiB against a 4 MiB budget without sending a byte: another address's `/token` request
+/// and a new client's whole flow go through meanwhile. Then four more addresses send real
+/// bytes and leave their bodies unfinished, more than strangers may hold: they get
+/// `REFUSED_STREAM` once the strangers' half is spent, and an authenticated tool call still
+/// finds the half kept for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn h2_announced_bodies_hold_nothing_and_strangers_cannot_spend_the_authenticated_half() {
+    const ANNOUNCED: usize = 64 * 1024;
+    let mut edge = start(
+        "max_body_bytes = 4194304\nmax_body_bytes_per_source = 4194304\nmcp_max_body_bytes_per_token = 4194304\nform_body_read_timeout_secs = 20",
+    )
+    .await;
+    let mut mcp = Mcp::for_user(&edge.helper, "bob").await;
+    mcp.initialize(false).await;
+
+    // Streams of `POST /token` from `from`, announcing 64 KiB and sending `send` bytes each.
+    async fn flood(
+        edge: &Edge,
+        from: Ipv4Addr,
+        conns: usize,
+        streams: usize,
+        send: usize,
+        outcomes: &mut JoinSet<Result<u16, Option<h2::Reason>>>,
+        keep: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) {
+        let data = Bytes::from(vec![b'a'; send]);
+        for _ in 0..conns {
+            let (mut client, conn) = h2_connect(from, edge.addr, 65_535).await;
+            keep.push(conn);
+            for _ in 0..streams {
+                client = client.ready().await.unwrap();
+                let (resp, mut body) = client
+                    .send_request(
+                        request(
+                            "POST",
+                            "/token",
+                            &[
+                                (
+                                    "content-type",
+                                    "application/x-www-form-urlencoded".to_owned(),
+                                ),
+                                ("content-length", ANNOUNCED.to_string()),
+                            ],
+                        ),
+                        false,
+                    )
+                    .unwrap();
+                if send > 0 {
+                    let _ = body.send_data(data.clone(), false);
+                }
+                outcomes.spawn(async move {
+                    let r = timeout(Duration::from_secs(60), resp).await;
+                    drop(body);
+                    match r {
+                        Ok(Ok(resp)) => Ok(resp.status().as_u16()),
+                        Ok(Err(e)) => Err(e.reason()),
+                        Err(_) => Err(None),
+                    }
+                });
+            }
+        }
+    }
+
+    let mut silent = JoinSet::new();
+    let mut keep = Vec::new();
+    for i in 0..4u8 {
+        flood(
+            &edge,
+            Ipv4Addr::new(127, 0, 0, 2 + i),
+            2,
+            100,
+            0,
+            &mut silent,
+            &mut keep,
+        )
+        .await;
+    }
+    sleep(Duration::from_millis(500)).await;
+    #[allow(clippy::disallowed_methods)] // the test's client
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::V4(Ipv4Addr::new(127, 0, 0, 20)))
+        .build()
+        .unwrap();
+    let r = other
+        .post(format!("http://{}/token", edge.addr))
+        .form(&[("grant_type", "authorization_code"), ("code", "nope")])
+        .send()
+        .await
+        .unwrap();
+    // 401: the request was read and judged (no client authentication), not refused unread.
+    assert_eq!(
+        r.status().as_u16(),
+        401,
+        "800 silent streams announcing 50 MiB must not spend a 4 MiB budget"
+    );
+    edge.real_client_completes_a_flow().await;
+
+    // Strangers sending real bytes: 4 addresses × 40 streams × 60 KiB, about 9.4 MiB, against
+    // the strangers' half of 2 MiB.
+    let mut loud = JoinSet::new();
+    for i in 0..4u8 {
+        flood(
+            &edge,
+            Ipv4Addr::new(127, 0, 0, 10 + i),
+            1,
+            40,
+            60 * 1024,
+            &mut loud,
+            &mut keep,
+        )
+        .await;
+    }
+    sleep(Duration::from_secs(2)).await;
+    edge.real_client_calls_a_tool(&mcp).await;
+    let r = other
+        .post(format!("http://{}/token", edge.addr))
+        .form(&[("grant_type", "authorization_code"), ("code", "nope")])
+        .send()
+        .await
+        .unwrap();
+    let stranger_while_full = r.status().as_u16();
+
+    let (mut taken, mut refused) = (0, 0);
+    while let Some(o) = loud.join_next().await {
+        match o.unwrap() {
+            Ok(status) => {
+                assert_eq!(status, 400, "an unfinished form is a bad request");
+                taken += 1;
+            }
+            Err(Some(h2::Reason::REFUSED_STREAM)) => refused += 1,
+            Err(other) => panic!("a stream ended with {other:?}"),
+        }
+    }
+    eprintln!(
+        "800 silent streams announcing 50 MiB held nothing; 160 streams sending 60 KiB each: {taken} held to the form deadline, {refused} refused with REFUSED_STREAM; a stranger's /token while the strangers' half was spent: {stranger_while_full}; an authenticated tool call went through"
+    );
+    assert!(
+        (1..=34).contains(&taken),
+        "the strangers' half (2 MiB) holds at most 34 bodies of 60 KiB, took {taken}"
+    );
+    assert!(refused > 0, "nothing was refused");
+    assert!(
+        stranger_while_full == 401 || stranger_while_full == 503,
+        "{stranger_while_full}"
+    );
+    silent.abort_all();
+    drop(keep);
+    edge.assert_healthy();
 }

@@ -43,6 +43,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -63,7 +64,7 @@ use tower::ServiceExt;
 use self::progress::{Activity, Expiry, StreamExecutor, Tracked, WatchedIo};
 use super::client_ip::TrustedProxies;
 use super::edge::EdgeLimits;
-use crate::limits::bodies::{BodyBudgets, BodyCaps, Held, Spent};
+use crate::limits::bodies::{BodyBudgets, BodyCaps, Held, Pool, Spent};
 
 /// After a timeout's graceful shutdown, how long a connection may take to close before it is
 /// dropped (an idle one only if it still has no request in flight; a stalled one always).
@@ -310,20 +311,18 @@ struct ConnService {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// Bytes a body holds before its first byte is read: nothing if it is empty; its announced
-/// length, unless that is over `limit` (the route then refuses it unread); else the first
-/// [`FIRST_HOLD`] (a form's whole allowance), and more as it arrives ([`Metered`]).
+/// Bytes a body holds before its first byte is read: one, to find its budget spent before it
+/// is read, unless it is empty or announced over `limit` (the route then refuses it unread).
+/// Never its announced length: announcing costs the sender nothing, so a budget charged by
+/// announcements is spent by streams that send no byte. The rest is charged as it arrives
+/// ([`Metered`]).
 fn initial_hold(limit: u64, announced: Option<u64>, empty: bool) -> u64 {
     match announced {
         _ if empty => 0,
         Some(n) if n > limit => 0,
-        Some(n) => n,
-        None => limit.min(FIRST_HOLD),
+        _ => 1,
     }
 }
-
-/// What a body of unknown length holds before it is read.
-const FIRST_HOLD: u64 = super::MAX_BODY as u64;
 
 impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Response = Response<Tracked>;
@@ -352,7 +351,18 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             req.headers(),
             &self.trusted,
         ));
-        let held = match self.budgets.hold(Some(source), hold) {
+        let pool = if mcp {
+            Pool::Authenticated
+        } else {
+            Pool::Strangers
+        };
+        // A body announcing more than is free now is refused unread; the announcement itself
+        // holds nothing (see `initial_hold`).
+        let fits = match announced {
+            Some(n) if hold > 0 => self.budgets.fits(Some(source), pool, n),
+            _ => Ok(()),
+        };
+        let held = match fits.and_then(|()| self.budgets.hold(Some(source), pool, hold)) {
             Ok(h) => Arc::new(Mutex::new(h)),
             Err(spent) => {
                 tracing::debug!(peer = %self.peer, ?spent, "body budget spent; refusing the request");
@@ -365,12 +375,14 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
                 });
             }
         };
+        let spent = Arc::new(AtomicBool::new(false));
         let mut req = req.map(|b| {
             Body::new(Deadline::new(
                 Metered {
                     body: b,
                     held: held.clone(),
                     read: 0,
+                    spent: spent.clone(),
                 },
                 timeout,
             ))
@@ -389,7 +401,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             };
             // The handler is done with the body (the body itself may still hold it).
             drop(held);
-            let resp = if resp.extensions().get::<Refused>().is_some() {
+            // A stranger's body that ran out of budget while it arrived was refused by its
+            // route as unreadable; answer it as the spent budget it is (`/mcp` does so itself).
+            let resp = if !mcp && spent.load(Ordering::Relaxed) {
+                refuse(version, budget_spent())?
+            } else if resp.extensions().get::<Refused>().is_some() {
                 refuse(version, resp)?
             } else {
                 resp
@@ -472,12 +488,13 @@ pub struct Refused;
 #[error("too many request bodies are held; this one was not read in full")]
 pub struct BodyBudgetSpent(pub Spent);
 
-/// A request body holding its bytes against the budgets: what it announced (or a first
-/// [`FIRST_HOLD`]) before it was read, and more as more arrives.
+/// A request body holding its bytes against the budgets as they arrive; `spent` is set when
+/// a budget ran out before the body did.
 struct Metered<B> {
     body: B,
     held: Arc<Mutex<Held>>,
     read: u64,
+    spent: Arc<AtomicBool>,
 }
 
 impl<B> http_body::Body for Metered<B>
@@ -504,6 +521,7 @@ where
             let mut held = this.held.lock().unwrap_or_else(|p| p.into_inner());
             let more = this.read.saturating_sub(held.bytes());
             if let Err(spent) = held.grow(more) {
+                this.spent.store(true, Ordering::Relaxed);
                 return Poll::Ready(Some(Err(Box::new(BodyBudgetSpent(spent)))));
             }
         }
@@ -618,14 +636,20 @@ mod tests {
     }
 
     #[test]
-    fn a_body_holds_its_announcement_or_a_first_share_and_an_empty_one_nothing() {
-        let mcp = super::super::MAX_MCP_BODY as u64;
-        assert_eq!(initial_hold(mcp, Some(4_000_000), false), 4_000_000);
-        assert_eq!(initial_hold(mcp, None, false), FIRST_HOLD, "unknown length");
-        assert_eq!(initial_hold(mcp, Some(mcp + 1), false), 0, "refused unread");
-        assert_eq!(initial_hold(mcp, Some(100), true), 0, "empty");
-        assert_eq!(initial_hold(FIRST_HOLD, None, false), FIRST_HOLD);
-        assert_eq!(initial_hold(FIRST_HOLD, Some(10), false), 10);
+    fn an_announced_length_holds_nothing_before_its_bytes_arrive() {
+        let form = super::super::MAX_BODY as u64;
+        assert_eq!(
+            initial_hold(form, Some(form), false),
+            1,
+            "not the announcement"
+        );
+        assert_eq!(initial_hold(form, None, false), 1, "unknown length");
+        assert_eq!(
+            initial_hold(form, Some(form + 1), false),
+            0,
+            "refused unread"
+        );
+        assert_eq!(initial_hold(form, Some(100), true), 0, "empty");
     }
 
     #[test]
@@ -664,12 +688,16 @@ mod tests {
             requests_per_token: 1,
         });
         let source = "192.0.2.1".parse().ok();
-        let held = Arc::new(Mutex::new(budgets.hold(source, 4).unwrap()));
+        let held = Arc::new(Mutex::new(
+            budgets.hold(source, Pool::Strangers, 4).unwrap(),
+        ));
+        let spent = Arc::new(AtomicBool::new(false));
         let (mut tx, rx) = futures_channel_body();
         let mut body = Metered {
             body: rx,
             held: held.clone(),
             read: 0,
+            spent: spent.clone(),
         };
         tx.send(Bytes::from_static(b"abc")).await;
         assert!(body.frame().await.unwrap().is_ok(), "within what it holds");
@@ -680,6 +708,10 @@ mod tests {
         let err = body.frame().await.unwrap().unwrap_err();
         let spent = err.downcast_ref::<BodyBudgetSpent>().map(|s| s.0);
         assert_eq!(spent, Some(Spent::Source), "{err}");
+        assert!(
+            body.spent.load(Ordering::Relaxed),
+            "the edge learns the budget ran out"
+        );
         drop(body);
         assert_eq!(budgets.held_bytes(), 8, "the handler still holds it");
         drop(held);

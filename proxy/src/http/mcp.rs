@@ -341,9 +341,15 @@ mod tests {
             requests_per_token: 10,
         });
         let source = "192.0.2.1".parse().ok();
-        let edge = EdgeHold::new(b.hold(source, 0).unwrap());
+        let edge = EdgeHold::new(
+            b.hold(source, crate::limits::bodies::Pool::Authenticated, 0)
+                .unwrap(),
+        );
         let ok = admit(&b, Some(&edge), &bearer_headers("t1", Some("60"))).unwrap();
-        let other = EdgeHold::new(b.hold(source, 0).unwrap());
+        let other = EdgeHold::new(
+            b.hold(source, crate::limits::bodies::Pool::Authenticated, 0)
+                .unwrap(),
+        );
         let refused = admit(&b, Some(&other), &bearer_headers("t1", Some("41"))).unwrap_err();
         assert_eq!(refused, BodyError::BusyBeforeReading);
         let r = refused.into_response();

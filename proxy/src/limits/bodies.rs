@@ -5,9 +5,13 @@
 //! number of `/mcp` requests it may have in flight (`mcp_max_requests_per_token`).
 //!
 //! Connection caps alone do not bound this: one HTTP/2 connection carries 100 streams, each
-//! with a body of its own. The edge (`http::conn`) holds a body's announced length (or its
-//! bytes as they arrive) before the route reads it and refuses the request (503, HTTP/2
-//! `REFUSED_STREAM`) when the global or the source's budget is spent; `/mcp` (`http::mcp`)
+//! with a body of its own. A stranger's body (every route but authenticated `/mcp`) is charged
+//! by the bytes that have arrived, never by the length it announces: announcing costs the
+//! sender nothing, so a budget charged by announcements can be spent by a few addresses
+//! sending no bytes at all (the review of 2026-12-04). Strangers' bodies together may hold at
+//! most half of everyone's budget ([`Pool::Strangers`]): the other half is there for
+//! authenticated `/mcp`, whose bodies are bounded per token. The edge (`http::conn`) refuses
+//! a request (503, HTTP/2 `REFUSED_STREAM`) when its budget is spent; `/mcp` (`http::mcp`)
 //! does the same for the token's budget and request count (429). Everything is given back
 //! when the holder is dropped. The tables keep only sources and tokens that hold something,
 //! so they are bounded by the requests in flight.
@@ -40,6 +44,18 @@ pub enum Spent {
     Token,
     /// The token's requests in flight.
     TokenRequests,
+    /// The half of everyone's bytes that strangers' bodies may hold.
+    Strangers,
+}
+
+/// Whose bytes a source's hold counts among.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// A body nobody has authenticated yet (forms, registration, `/token`): at most half of
+    /// everyone's budget, so a flood of them leaves room for authenticated `/mcp`.
+    Strangers,
+    /// `/mcp`, whose edge hold grows only once the caller is authenticated.
+    Authenticated,
 }
 
 /// An access token as the tables know it: the SHA-256 of the bearer value, so the table never
@@ -63,6 +79,7 @@ impl std::fmt::Debug for TokenKey {
 #[derive(Default)]
 struct State {
     total: u64,
+    strangers: u64,
     sources: HashMap<IpAddr, u64>,
     tokens: HashMap<TokenKey, TokenUse>,
 }
@@ -82,8 +99,9 @@ pub struct BodyBudgets {
 /// What a [`Held`] is charged to.
 #[derive(Debug, Clone, Copy)]
 enum Account {
-    /// Everyone's bytes, and the source's if it is known.
-    Source(Option<IpAddr>),
+    /// Everyone's bytes (and the strangers' share, for [`Pool::Strangers`]), and the
+    /// source's if it is known.
+    Source(Option<IpAddr>, Pool),
     /// One token's bytes (the same bytes are held against the source by the edge).
     Token(TokenKey),
 }
@@ -125,17 +143,40 @@ impl BodyBudgets {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Holds `bytes` against everyone's budget and `source`'s (`None`: no source known, only
-    /// the global budget applies), or says which is spent. `source` is a bucket key
-    /// ([`bucket_key`](super::bucket_key)).
-    pub fn hold(self: &Arc<Self>, source: Option<IpAddr>, bytes: u64) -> Result<Held, Spent> {
+    /// Holds `bytes` against everyone's budget, `pool`'s and `source`'s (`None`: no source
+    /// known, only the global budgets apply), or says which is spent. `source` is a bucket
+    /// key ([`bucket_key`](super::bucket_key)).
+    pub fn hold(
+        self: &Arc<Self>,
+        source: Option<IpAddr>,
+        pool: Pool,
+        bytes: u64,
+    ) -> Result<Held, Spent> {
         let mut held = Held {
             budgets: self.clone(),
-            account: Account::Source(source),
+            account: Account::Source(source, pool),
             bytes: 0,
         };
         held.grow(bytes)?;
         Ok(held)
+    }
+
+    /// Whether `bytes` more would fit in everyone's budget, `pool`'s and `source`'s now,
+    /// without holding them: a body announcing more than is free is refused before it is
+    /// read, while its announcement itself holds nothing.
+    pub fn fits(&self, source: Option<IpAddr>, pool: Pool, bytes: u64) -> Result<(), Spent> {
+        let state = self.state();
+        if state.total.saturating_add(bytes) > self.caps.total {
+            return Err(Spent::Total);
+        }
+        if pool == Pool::Strangers && state.strangers.saturating_add(bytes) > self.caps.total / 2 {
+            return Err(Spent::Strangers);
+        }
+        let used = source.and_then(|s| state.sources.get(&s).copied());
+        if used.unwrap_or(0).saturating_add(bytes) > self.caps.per_source {
+            return Err(Spent::Source);
+        }
+        Ok(())
     }
 
     /// Holds `bytes` against `token`'s budget.
@@ -189,9 +230,13 @@ impl Held {
         let caps = self.budgets.caps;
         let mut state = self.budgets.state();
         match self.account {
-            Account::Source(source) => {
+            Account::Source(source, pool) => {
                 if state.total.saturating_add(more) > caps.total {
                     return Err(Spent::Total);
+                }
+                let strangers = pool == Pool::Strangers;
+                if strangers && state.strangers.saturating_add(more) > caps.total / 2 {
+                    return Err(Spent::Strangers);
                 }
                 if let Some(source) = source {
                     let used = state.sources.get(&source).copied().unwrap_or(0);
@@ -201,6 +246,9 @@ impl Held {
                     state.sources.insert(source, used + more);
                 }
                 state.total += more;
+                if strangers {
+                    state.strangers += more;
+                }
             }
             Account::Token(token) => {
                 let used = state.tokens.get(&token).copied().unwrap_or_default();
@@ -233,8 +281,11 @@ impl Drop for Held {
         }
         let mut state = self.budgets.state();
         match self.account {
-            Account::Source(source) => {
+            Account::Source(source, pool) => {
                 state.total = state.total.saturating_sub(self.bytes);
+                if pool == Pool::Strangers {
+                    state.strangers = state.strangers.saturating_sub(self.bytes);
+                }
                 if let Some(source) = source
                     && let Some(used) = state.sources.get_mut(&source)
                 {
@@ -286,13 +337,16 @@ mod tests {
     #[test]
     fn a_source_holds_at_most_its_budget_and_gets_it_back() {
         let b = BodyBudgets::new(CAPS);
-        let one = b.hold(ip("192.0.2.1"), 25).unwrap();
-        let mut two = b.hold(ip("192.0.2.1"), 15).unwrap();
-        assert_eq!(b.hold(ip("192.0.2.1"), 1).unwrap_err(), Spent::Source);
+        let one = b.hold(ip("192.0.2.1"), Pool::Strangers, 25).unwrap();
+        let mut two = b.hold(ip("192.0.2.1"), Pool::Strangers, 15).unwrap();
+        assert_eq!(
+            b.hold(ip("192.0.2.1"), Pool::Strangers, 1).unwrap_err(),
+            Spent::Source
+        );
         assert_eq!(two.grow(1).unwrap_err(), Spent::Source);
         assert_eq!(two.bytes(), 15, "a refused growth holds nothing more");
-        // Another source is unaffected.
-        let other = b.hold(ip("192.0.2.2"), 40).unwrap();
+        // Another source is unaffected (an authenticated call, past the strangers' half).
+        let other = b.hold(ip("192.0.2.2"), Pool::Authenticated, 40).unwrap();
         assert_eq!(b.held_bytes(), 80);
         drop(one);
         two.grow(25).unwrap();
@@ -309,14 +363,56 @@ mod tests {
     #[test]
     fn the_global_budget_holds_across_sources_and_without_a_source() {
         let b = BodyBudgets::new(CAPS);
-        let _a = b.hold(ip("192.0.2.1"), 40).unwrap();
-        let _b = b.hold(ip("192.0.2.2"), 40).unwrap();
-        assert_eq!(b.hold(ip("192.0.2.3"), 21).unwrap_err(), Spent::Total);
-        assert_eq!(b.hold(None, 21).unwrap_err(), Spent::Total);
-        let c = b.hold(None, 20).unwrap();
-        assert_eq!(b.hold(ip("192.0.2.3"), 1).unwrap_err(), Spent::Total);
+        let auth = Pool::Authenticated;
+        let _a = b.hold(ip("192.0.2.1"), auth, 40).unwrap();
+        let _b = b.hold(ip("192.0.2.2"), auth, 40).unwrap();
+        assert_eq!(b.hold(ip("192.0.2.3"), auth, 21).unwrap_err(), Spent::Total);
+        assert_eq!(b.hold(None, Pool::Strangers, 21).unwrap_err(), Spent::Total);
+        let c = b.hold(None, auth, 20).unwrap();
+        assert_eq!(b.hold(ip("192.0.2.3"), auth, 1).unwrap_err(), Spent::Total);
         drop(c);
-        assert!(b.hold(ip("192.0.2.3"), 20).is_ok());
+        assert_eq!(b.hold(ip("192.0.2.3"), auth, 20).map(|h| h.bytes()), Ok(20));
+    }
+
+    #[test]
+    fn strangers_bodies_cannot_spend_the_half_kept_for_authenticated_calls() {
+        let b = BodyBudgets::new(CAPS);
+        let s1 = b.hold(ip("192.0.2.1"), Pool::Strangers, 40).unwrap();
+        let s2 = b.hold(ip("192.0.2.2"), Pool::Strangers, 10).unwrap();
+        assert_eq!(
+            b.hold(ip("192.0.2.3"), Pool::Strangers, 1)
+                .map(|h| h.bytes()),
+            Err(Spent::Strangers)
+        );
+        // An authenticated call still finds the other half.
+        let mut call = b.hold(ip("192.0.2.3"), Pool::Authenticated, 0).unwrap();
+        call.grow(40).unwrap();
+        assert_eq!(b.held_bytes(), 90);
+        drop(s2);
+        assert_eq!(
+            b.hold(ip("192.0.2.4"), Pool::Strangers, 10)
+                .map(|h| h.bytes()),
+            Ok(10)
+        );
+        drop((s1, call));
+        assert_eq!(b.held_bytes(), 0, "everything is given back");
+    }
+
+    #[test]
+    fn an_announcement_that_fits_holds_nothing_and_one_that_does_not_is_refused() {
+        let b = BodyBudgets::new(CAPS);
+        assert_eq!(b.fits(ip("192.0.2.1"), Pool::Strangers, 40), Ok(()));
+        assert_eq!(b.held_bytes(), 0, "fitting holds nothing");
+        let _h = b.hold(ip("192.0.2.1"), Pool::Strangers, 30).unwrap();
+        assert_eq!(
+            b.fits(ip("192.0.2.1"), Pool::Strangers, 11),
+            Err(Spent::Source)
+        );
+        assert_eq!(
+            b.fits(ip("192.0.2.2"), Pool::Strangers, 21),
+            Err(Spent::Strangers)
+        );
+        assert_eq!(b.fits(ip("192.0.2.2"), Pool::Authenticated, 40), Ok(()));
     }
 
     #[test]
@@ -346,11 +442,12 @@ mod tests {
     fn ipv6_addresses_of_one_slash_64_share_a_budget_as_their_bucket_key() {
         let b = BodyBudgets::new(CAPS);
         let key = |s: &str| Some(super::super::bucket_key(s.parse().unwrap()));
-        let _a = b.hold(key("2001:db8::1"), 40).unwrap();
+        let _a = b.hold(key("2001:db8::1"), Pool::Strangers, 40).unwrap();
         assert_eq!(
-            b.hold(key("2001:db8::ffff:2"), 1).unwrap_err(),
+            b.hold(key("2001:db8::ffff:2"), Pool::Strangers, 1)
+                .unwrap_err(),
             Spent::Source
         );
-        assert!(b.hold(key("2001:db8:0:1::1"), 1).is_ok());
+        assert!(b.hold(key("2001:db8:0:1::1"), Pool::Strangers, 1).is_ok());
     }
 }
