@@ -418,3 +418,56 @@ async fn branches_from_two_networks_alert() {
     assert_eq!(branch_alerts(&proxy).await.len(), 1);
     assert!(events(&proxy, "refresh_reuse").await.is_empty());
 }
+
+/// The review of 2026-12-04: the victim refreshes with the token the thief just rotated,
+/// seconds later, inside the 30 s grace window. That used to be a replay (the victim got the
+/// thief's own next token, no branch, no alert); from another network it is a branch of its
+/// own now, listed with its address, and the two live branches on two networks raise the
+/// alert. A retry from the thief's network inside the window is still a replay.
+#[tokio::test]
+async fn stolen_token_presented_inside_the_grace_window_from_another_network_is_a_visible_branch() {
+    let proxy = proxy().await;
+    let c = Client::register(&proxy, "Claude Code", "http://127.0.0.1:33418/callback").await;
+    let browser = Browser::new();
+    let t0 = c.tokens(&proxy, &browser, "alice").await;
+    proxy.clock.advance(600);
+    let v1 = refresh_as(&proxy, &c, &rt(&t0), VICTIM, VICTIM_UA).await;
+    assert_eq!(v1.status, 200, "{:?}", v1.json);
+    let stolen = rt(&v1);
+    proxy.clock.advance(60);
+    let thief = refresh_as(&proxy, &c, &stolen, THIEF, THIEF_UA).await;
+    assert_eq!(thief.status, 200, "{:?}", thief.json);
+    proxy.clock.advance(5);
+    let retry = refresh_as(&proxy, &c, &stolen, THIEF, THIEF_UA).await;
+    assert_eq!(
+        rt(&retry),
+        rt(&thief),
+        "a retry from the rotating network is a replay"
+    );
+    proxy.clock.advance(5);
+    let victim = refresh_as(&proxy, &c, &stolen, VICTIM, VICTIM_UA).await;
+    assert_eq!(victim.status, 200, "{:?}", victim.json);
+    assert_ne!(
+        rt(&victim),
+        rt(&thief),
+        "another network inside the window gets a branch of its own"
+    );
+    let fam = family(&proxy, &stolen).await;
+    assert_eq!(fam.branches.len(), 2);
+    assert_eq!(events(&proxy, "refresh_branched").await.len(), 1);
+    let page = browser.navigate(&proxy.url("/account"), "none").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("{THIEF} (network {THIEF_NET})"))
+    );
+    assert!(
+        page.body
+            .contains(&format!("{VICTIM} (network {VICTIM_NET})"))
+    );
+    // Both branches used from two networks within the window: the alert fires.
+    proxy.clock.advance(60);
+    let t = refresh_as(&proxy, &c, &rt(&thief), THIEF, THIEF_UA).await;
+    assert_eq!(t.status, 200, "{:?}", t.json);
+    assert_eq!(branch_alerts(&proxy).await.len(), 1);
+}

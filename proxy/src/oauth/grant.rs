@@ -672,6 +672,37 @@ pub fn decide(
     now: UnixTime,
     rules: &RefreshRules,
 ) -> RefreshDecision {
+    decide_with(family, presented_hash, now, rules, |_| true)
+}
+
+/// [`decide`] for a request from `who`: a replay inside the grace window is honoured only from
+/// the network of whoever used the branch last (or when either address is unknown). A retry
+/// comes from where its first try came from; a copy presented from another network within
+/// seconds of the rotation is a second holder of the token, and is decided as a presentation
+/// outside the window: in `branch` mode a branch of its own (listed on the account page, and
+/// the two-networks alert can fire), in `strict` mode reuse.
+pub fn decide_for(
+    family: &FamilyRecord,
+    presented_hash: &str,
+    now: UnixTime,
+    rules: &RefreshRules,
+    who: &Presenter,
+) -> RefreshDecision {
+    decide_with(family, presented_hash, now, rules, |b: &Branch| {
+        match (b.seen.as_ref().and_then(BranchSeen::network), who.network()) {
+            (Some(last), Some(now)) => last == now,
+            _ => true,
+        }
+    })
+}
+
+fn decide_with(
+    family: &FamilyRecord,
+    presented_hash: &str,
+    now: UnixTime,
+    rules: &RefreshRules,
+    replay_from: impl Fn(&Branch) -> bool,
+) -> RefreshDecision {
     if family.revoked {
         return RefreshDecision::Revoked;
     }
@@ -681,7 +712,10 @@ pub fn decide(
     }
     let in_grace = |at: UnixTime| now.since(at) <= rules.grace_secs;
     if let Some(b) = family.branches.iter().find(|b| {
-        b.previous.as_deref().is_some_and(is) && in_grace(b.rotated_at) && b.replay.is_some()
+        b.previous.as_deref().is_some_and(is)
+            && in_grace(b.rotated_at)
+            && b.replay.is_some()
+            && replay_from(b)
     }) {
         return RefreshDecision::Replay {
             branch: b.id,
@@ -690,7 +724,12 @@ pub fn decide(
     }
     if rules.mode == ReuseMode::Branch
         && let Some(m) = family.forks.iter().find(|m| {
-            is(&m.from) && in_grace(m.at) && family.branches.iter().any(|b| b.id == m.branch)
+            is(&m.from)
+                && in_grace(m.at)
+                && family
+                    .branches
+                    .iter()
+                    .any(|b| b.id == m.branch && replay_from(b))
         })
     {
         return RefreshDecision::Replay {
@@ -1274,6 +1313,42 @@ mod tests {
             p.user_agent.map(|s| s.chars().count()),
             Some(MAX_USER_AGENT)
         );
+    }
+
+    /// The review of 2026-12-04: a thief rotates a stolen current token, and the victim
+    /// presents the same token from its own network seconds later. Inside the grace window
+    /// that was a replay (the victim got the thief's token, no branch, no alert). From another
+    /// network it is now a branch of its own (`branch` mode) or reuse (`strict`); a retry from
+    /// the rotating network is still a replay, and an unknown address keeps the old rule.
+    #[test]
+    fn replay_inside_the_grace_window_from_another_network_is_a_second_holder() {
+        let mut f = family();
+        f.note_use(0, &at("198.51.100.7", "thief/1"), UnixTime(100));
+        let (d, mut f) = present(&f, "h1", "h2", 200, &BRANCH);
+        assert_eq!(d, RefreshDecision::Rotate { branch: 0 });
+        f.note_use(0, &at("198.51.100.7", "thief/1"), UnixTime(200));
+        let victim = at("203.0.113.9", "claude-cli/2.0");
+        let retry = at("198.51.100.8", "thief/1");
+        assert_eq!(
+            decide_for(&f, "h1", UnixTime(210), &BRANCH, &victim),
+            RefreshDecision::Fork,
+            "another network within the window: a branch of its own"
+        );
+        assert_eq!(
+            decide_for(&f, "h1", UnixTime(210), &STRICT, &victim),
+            RefreshDecision::Reuse(ReuseCase::PreviousOutsideGrace)
+        );
+        let replay = RefreshDecision::Replay {
+            branch: 0,
+            forked: false,
+        };
+        assert_eq!(decide_for(&f, "h1", UnixTime(210), &BRANCH, &retry), replay);
+        assert_eq!(
+            decide_for(&f, "h1", UnixTime(210), &STRICT, &Presenter::default()),
+            replay,
+            "no address: the window as before"
+        );
+        assert_eq!(decide(&f, "h1", UnixTime(210), &STRICT), replay);
     }
 
     /// A branch remembers who last used it, and since when from that network: a move to

@@ -95,7 +95,7 @@ pub(super) async fn refresh(
             let scopes = consent_scope::at_refresh(scope, &fam.scopes)?;
             let now = app.clock.now();
             let rules = app.config.tokens.refresh_rules_for(&fam.client_id);
-            let decision = grant::decide(&fam, presented, now, &rules);
+            let decision = grant::decide_for(&fam, presented, now, &rules, who);
             match decision {
                 RefreshDecision::Revoked | RefreshDecision::Unknown => Err(INVALID_GRANT.into()),
                 RefreshDecision::Reuse(case) => {
