@@ -260,7 +260,7 @@ pub enum AuditEvent {
         /// `approval_requested`, `approval_used`, `approval_declined` (a 2026-07-28 client's
         /// person declined the link), `refused_tool_name`; for every request, policy or not,
         /// `refused_unreadable`, `refused_ambiguous_keys`, `refused_mirrored_headers`,
-        /// `refused_method`, `refused_body` (`gateway::jsonrpc::BodyRefusal`).
+        /// `refused_method`, `refused_body`, `refused_not_jsonrpc` (`gateway::jsonrpc::BodyRefusal`).
         outcome: &'static str,
         /// `tool_policy::arguments_digest` of the call's arguments.
         arguments_digest: String,

@@ -133,6 +133,9 @@ pub enum BodyRefusal {
     NotRead(NotRead),
     /// 2026-07-28 `Mcp-Method` / `Mcp-Name` say something other than the body, or come twice.
     MirroredHeaders,
+    /// A `method` that is not a string (JSON-RPC 2.0 §4): the gateway would read no method
+    /// and let it pass as a response, while a backend's reader may make one of it.
+    MethodNotAString,
 }
 
 impl BodyRefusal {
@@ -144,6 +147,7 @@ impl BodyRefusal {
             BodyRefusal::NotRead(NotRead::Unreadable(_)) => "refused_unreadable",
             BodyRefusal::NotRead(NotRead::Ambiguous(_)) => "refused_ambiguous_keys",
             BodyRefusal::MirroredHeaders => "refused_mirrored_headers",
+            BodyRefusal::MethodNotAString => "refused_not_jsonrpc",
         }
     }
 
@@ -204,6 +208,10 @@ impl BodyRefusal {
                     "Mcp-Method or Mcp-Name does not say what the body says",
                 )),
             ),
+            BodyRefusal::MethodNotAString => (
+                StatusCode::BAD_REQUEST,
+                Some((-32600, "a JSON-RPC method is a string")),
+            ),
         }
     }
 }
@@ -234,10 +242,28 @@ pub fn admit(
         return Ok(Inbound::default());
     }
     let inbound = read_request(body, arguments).map_err(BodyRefusal::NotRead)?;
+    if inbound.method.is_none() && has_method_key(body) {
+        return Err(BodyRefusal::MethodNotAString);
+    }
     if mirrors_disagree(headers, &inbound) {
         return Err(BodyRefusal::MirroredHeaders);
     }
     Ok(inbound)
+}
+
+/// Whether the top-level object has a `method` member (the body was already read, so it is
+/// one object whose keys are spelled exactly once).
+fn has_method_key(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(default, deserialize_with = "present")]
+        method: bool,
+    }
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| true)
+    }
+    use serde::Deserialize;
+    serde_json::from_slice::<Probe>(body).is_ok_and(|p| p.method)
 }
 
 /// Whether a 2026-07-28 client's mirrored `Mcp-Method` / `Mcp-Name` headers, when present,
@@ -580,6 +606,36 @@ fn sse_data(event: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_method_that_is_not_a_string_is_refused_and_a_response_is_not() {
+        let admit_post = |b: &str| {
+            admit(
+                &http::Method::POST,
+                &http::HeaderMap::new(),
+                b.as_bytes(),
+                &ArgumentKeys::default(),
+            )
+        };
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":5,"params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","method":{"a":"tools/call"}}"#,
+        ] {
+            let r = admit_post(body);
+            assert!(
+                matches!(r, Err(BodyRefusal::MethodNotAString)),
+                "{body}: {:?}",
+                r.map(|i| i.method)
+            );
+        }
+        let response = admit_post(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(response.map(|i| i.method).ok(), Some(None));
+        assert_eq!(
+            BodyRefusal::MethodNotAString.answer().1.map(|a| a.0),
+            Some(-32600)
+        );
+    }
 
     /// Messages where a shortcut reading could differ from the `Value` one.
     const TRICKY: &[&str] = &[
