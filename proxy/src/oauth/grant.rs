@@ -690,7 +690,7 @@ pub fn decide_for(
 ) -> RefreshDecision {
     decide_with(family, presented_hash, now, rules, |b: &Branch| {
         match (b.seen.as_ref().and_then(BranchSeen::network), who.network()) {
-            (Some(last), Some(now)) => last == now,
+            (Some(last), Some(here)) => last == here,
             _ => true,
         }
     })
